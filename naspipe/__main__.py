@@ -1,0 +1,5 @@
+import sys
+
+from naspipe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,236 @@
+"""Run configuration: typed, validated, every key documented, overridable with ``--set``.
+
+A config is YAML (``--config FILE``) over built-in defaults, then ``--set key=value``
+overrides (values parsed as YAML scalars, dotted keys for nesting), then the explicit flags
+(``--space``, ``--system``, ``--stages``, ``--steps``, ``--seed``). Unknown keys and wrong
+types are errors that name the key, so a typo never silently does nothing. ``space.*``
+keys other than ``space.name`` are the space's own options, validated by the space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from naspipe.errors import UsageError
+
+
+def _doc(text: str, **kwargs: Any) -> Any:
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    name: Literal["sgd", "adam"] = _doc("per-layer optimizer: sgd (with momentum) or adam", default="sgd")
+    lr: float = _doc("learning rate", default=0.05)
+    momentum: float = _doc("sgd momentum", default=0.9)
+    weight_decay: float = _doc("L2 weight decay (applied only when a layer is updated)", default=0.0)
+    betas: tuple[float, float] = _doc("adam betas", default=(0.9, 0.999))
+    eps: float = _doc("adam epsilon", default=1e-8)
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = _doc("seeds parameters, batches, dropout and the subnet stream", default=0)
+    system: str = _doc("scheduling policy: sequential, csp, ... (see --system)", default="csp")
+    stages: int = _doc("pipeline stages D (one process per stage)", default=1)
+    steps: int = _doc("subnets to train (one batch each)", default=32)
+    space: dict[str, Any] = _doc(
+        "search space: space.name plus that space's options, e.g. space.blocks=8",
+        default_factory=lambda: {"name": "toy"},
+    )
+    shared_policy: Literal["frozen", "causal"] = _doc(
+        "shared (non-choice) layers: frozen at init, or causal (trained by every subnet)", default="frozen"
+    )
+    optimizer: OptimizerConfig = _doc("optimizer settings", default_factory=OptimizerConfig)
+    recompute: bool = _doc("activation recomputation (checkpointing) in the backward", default=True)
+    max_inflight: int = _doc("subnets in the pipeline at once; 0 means 2 x stages", default=0)
+    bulk_size: int = _doc("subnets per BSP bulk (gpipe, vpipe); 0 means stages", default=0)
+    partition_costs: str = _doc(
+        "per-position costs for the static partition: 'params' (parameter counts), 'uniform', "
+        "or a profile CSV written by 'naspipe profile'",
+        default="params",
+    )
+    checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)
+    keep_checkpoints: int = _doc("checkpoints kept on disk (oldest removed first)", default=2)
+    threads: int = _doc("intra-op threads per stage process (fixed for reproducibility)", default=1)
+    device: Literal["auto", "cpu", "cuda"] = _doc("device of the stage workers", default="auto")
+    timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
+    progress: Literal["auto", "on", "off"] = _doc("progress bar on the last stage (auto: when a terminal)", default="auto")
+
+    @property
+    def space_name(self) -> str:
+        return str(self.space["name"])
+
+    @property
+    def space_options(self) -> dict[str, Any]:
+        return {k: v for k, v in self.space.items() if k != "name"}
+
+    @property
+    def inflight_limit(self) -> int:
+        return self.max_inflight or 2 * self.stages
+
+    @property
+    def bulk(self) -> int:
+        return self.bulk_size or self.stages
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config(path: Path | None = None, overrides: Sequence[str] = (), flags: Mapping[str, Any] | None = None) -> Config:
+    """Defaults <- YAML file <- ``--set`` overrides <- explicit flags; validated."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(path)
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set_dotted(data, key, value)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            _set_dotted(data, key, value)
+    if isinstance(data.get("space"), dict):
+        data["space"].setdefault("name", "toy")
+    config = _build(Config, data, prefix="")
+    _check_ranges(config)
+    return config
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"config file {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"config file {path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path}: expected a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise UsageError(f"--set {item!r}: expected key=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    return key.strip(), value
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UsageError(f"config key {key!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise UsageError(f"config key {prefix.rstrip('.') or '<root>'!r}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UsageError(f"unknown config key {prefix + unknown[0]!r}; known keys: {', '.join(sorted(fields))}")
+    values = {name: _coerce(hints[name], data[name], prefix + name) for name in data}
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key + ".")
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise UsageError(f"config key {key!r}: {value!r} is not one of {', '.join(map(str, typing.get_args(hint)))}")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UsageError(f"config key {key!r}: expected a mapping, got {value!r}")
+        return dict(value)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise UsageError(f"config key {key!r}: expected a list of {len(args)} numbers, got {value!r}")
+        return tuple(_coerce(a, v, key) for a, v in zip(args, value))
+    return _scalar(hint, value, key)
+
+
+def _scalar(hint: Any, value: Any, key: str) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif isinstance(hint, types.UnionType):
+        return value
+    raise UsageError(f"config key {key!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
+
+
+def _check_ranges(config: Config) -> None:
+    checks = [
+        ("stages", config.stages >= 1, "must be >= 1"),
+        ("steps", config.steps >= 1, "must be >= 1"),
+        ("max_inflight", config.max_inflight >= 0, "must be >= 0"),
+        ("bulk_size", config.bulk_size >= 0, "must be >= 0"),
+        ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),
+        ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),
+        ("threads", config.threads >= 1, "must be >= 1"),
+        ("timeout_s", config.timeout_s > 0, "must be > 0"),
+        ("optimizer.lr", config.optimizer.lr > 0, "must be > 0"),
+        ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
+    ]
+    for key, ok, why in checks:
+        if not ok:
+            value = config.space.get("name") if key == "space.name" else _get(config, key)
+            raise UsageError(f"config key {key!r}: {value!r} {why}")
+
+
+def _get(config: Config, key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def describe_keys() -> str:
+    """One line per config key with its default and meaning, for ``--help``."""
+    lines: list[str] = []
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in dataclasses.fields(cls):
+            hint = typing.get_type_hints(cls)[f.name]
+            if dataclasses.is_dataclass(hint):
+                walk(hint, prefix + f.name + ".")
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            lines.append(f"  {prefix + f.name:<24} {f.metadata.get('help', '')} (default: {default})")
+
+    walk(Config, "")
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""Atomic file and directory outputs.
+
+Data preparation can run for hours; a crash or Ctrl-C must never leave a
+half-written shard that a later training run silently consumes.  Single files
+are written to a temporary sibling and ``os.replace``d into place; multi-file
+outputs are built in a temporary sibling directory and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .errors import DataError
+
+MARKER = "meta.json"
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see either the old or the new file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(Path(tmp))
+        raise
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """Write UTF-8 ``text`` atomically (``\\n`` line endings on every platform)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path | str, obj: Any) -> None:
+    """Write ``obj`` as sorted, indented JSON atomically, so equal data gives equal bytes."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def check_replaceable(out_dir: Path | str) -> None:
+    """Refuse early to overwrite a directory that is not a naspipe data directory.
+
+    Replacing is allowed for a missing path, an empty directory, or a directory
+    holding ``meta.json`` (a previous naspipe output).  Anything else might be
+    the user's own files, and deleting them would be unforgivable.
+    """
+    out = Path(out_dir)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"{out}: output path exists and is not a directory")
+    if any(out.iterdir()) and not (out / MARKER).is_file():
+        raise DataError(f"{out}: refusing to replace a non-empty directory without {MARKER}")
+
+
+@contextmanager
+def atomic_output_dir(out_dir: Path | str) -> Iterator[Path]:
+    """Yield a temporary directory that replaces ``out_dir`` only if the block succeeds."""
+    out = Path(out_dir)
+    check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    check_replaceable(out)
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    os.rmdir(old)
+    os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,42 @@
+"""Atomic file output: a reader sees the old file or the whole new one, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: Path, write: Callable[[IO[Any]], None], binary: bool = False) -> None:
+    """Write through ``write(fileobj)`` into a temp file beside ``path``, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def publish_dir(staging: Path, final: Path) -> None:
+    """Move every file of ``staging`` into ``final`` (each by rename), then drop ``staging``."""
+    final.mkdir(parents=True, exist_ok=True)
+    for item in sorted(staging.iterdir()):
+        os.replace(item, final / item.name)
+    shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,80 @@
+"""Everything a stage process derives from the config, identically in every process.
+
+Building a :class:`Job` validates the whole run (space, system, stage count, partition
+costs) before anything is spawned or written, so bad input fails fast with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from naspipe.config import Config
+from naspipe.errors import UsageError
+from naspipe.partition import Partition, balanced_partition
+from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
+from naspipe.space import SearchSpace, make_space
+from naspipe.subnet import SubnetStream
+
+
+@dataclass
+class Job:
+    config: Config
+    space: SearchSpace
+    stream: SubnetStream
+    partition: Partition
+    plan: PipelinePlan
+
+    @property
+    def policy_options(self) -> PolicyOptions:
+        return PolicyOptions(max_inflight=self.config.inflight_limit, bulk_size=self.config.bulk)
+
+    def stage_layer_ids(self, stage: int) -> list[int]:
+        """Every layer (all candidates of its blocks) that lives on ``stage``."""
+        return [l for l in range(self.space.structure.num_layers) if self.plan.stage_of_layer(l) == stage]
+
+
+def build_job(config: Config) -> Job:
+    if config.system not in POLICY_NAMES:
+        raise UsageError(f"unknown system {config.system!r}; choose one of {', '.join(POLICY_NAMES)}")
+    try:
+        space = make_space(config.space_name, config.space_options, config.shared_policy)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    structure = space.structure
+    if config.stages > structure.num_positions:
+        raise UsageError(
+            f"--stages {config.stages} exceeds the {structure.num_positions} layers of a subnet of space {space.name!r}"
+        )
+    partition = balanced_partition(position_costs(space, config.partition_costs), config.stages)
+    stream = SubnetStream(structure.choices_per_block, config.seed)
+    return Job(config, space, stream, partition, PipelinePlan(structure, partition, stream))
+
+
+def position_costs(space: SearchSpace, source: str) -> list[float]:
+    """One cost per position: a prefix/suffix layer's own, a block's mean over its candidates."""
+    structure = space.structure
+    if source == "uniform":
+        return [1.0] * structure.num_positions
+    if source != "params":
+        return _profile_costs(space, Path(source))
+    cost_of_op = cache(lambda op, layer: space.layer_cost(layer))
+    costs = [cost_of_op(structure.op_name(l), l) for l in range(len(structure.prefix))]
+    for b, block in enumerate(structure.blocks):
+        ids = [structure.layer_id(b, c) for c in range(len(block))]
+        costs.append(sum(cost_of_op(structure.op_name(l), l) for l in ids) / len(ids))
+    first_suffix = structure.num_layers - len(structure.suffix)
+    costs += [cost_of_op(structure.op_name(l), l) for l in range(first_suffix, structure.num_layers)]
+    return costs
+
+
+def _profile_costs(space: SearchSpace, path: Path) -> list[float]:
+    if not path.is_file():
+        raise UsageError(f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV")
+    from naspipe.profile import layer_costs_from_profile, read_profile_csv
+
+    try:
+        return list(layer_costs_from_profile(space, read_profile_csv(path)))
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"profile {path}: {exc}") from None

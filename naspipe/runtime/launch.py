@@ -1,0 +1,185 @@
+"""Start the stage processes: in-process for one stage, spawned locally, or under torchrun/srun.
+
+- One stage: the worker runs in this process; no process group is needed.
+- ``naspipe train --stages D`` on one machine: D processes are spawned, rendezvous through a
+  file store in a temp dir (no port to collide on), and the first one to fail takes the rest
+  down (``torch.multiprocessing`` terminates the others) with its traceback on stderr.
+- Under ``torchrun`` (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set) or ``srun``
+  (``SLURM_PROCID``/``SLURM_NTASKS`` plus ``MASTER_ADDR``/``MASTER_PORT``), this process is
+  one stage; the launcher tears the job down if a stage fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from naspipe.config import Config
+from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime.job import Job, build_job
+from naspipe.runtime.outputs import write_outputs
+from naspipe.runtime.recorder import StageReport
+from naspipe.runtime.transport import DistTransport, LocalTransport
+from naspipe.runtime.worker import StageWorker
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int
+    world: int
+    local_rank: int
+
+
+def cluster_rank() -> Rank | None:
+    """This process's place in a torchrun or SLURM launch, or None for a plain local run."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return Rank(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0")))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        return Rank(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0")))
+    return None
+
+
+def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str, Any] | None:
+    """Run training; returns the metrics on the process that wrote the outputs."""
+    job = build_job(config)  # validates everything before any process starts or file is written
+    checkpoint = _resume_point(config, resume)
+    place = cluster_rank()
+    if place is not None:
+        if place.world != config.stages:
+            from naspipe.errors import UsageError
+
+            raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
+        return run_stage(place, config, out_dir, checkpoint, init_method="env://")
+    if config.stages == 1:
+        return run_stage(Rank(0, 1, 0), config, out_dir, checkpoint, init_method=None, job=job)
+    with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
+        init = f"file://{Path(rdzv) / 'store'}"
+        mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
+                           join=True, start_method="spawn")
+    return json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+
+
+def _resume_point(config: Config, resume: Path | None) -> Path | None:
+    if resume is None:
+        return None
+    checkpoint = ckpt.find_checkpoint(resume)
+    ckpt.check_compatible(ckpt.read_manifest(checkpoint), config.to_dict(), checkpoint)
+    return checkpoint
+
+
+def _spawned(index: int, config: Config, out_dir: Path, checkpoint: Path | None, init: str) -> None:
+    try:
+        run_stage(Rank(index, config.stages, index), config, out_dir, checkpoint, init_method=init)
+    except BaseException:
+        # Print this stage's traceback and leave at once: the parent sees the exit code and
+        # terminates the other stages, which may be blocked in a receive from this one.
+        sys.stderr.write(f"naspipe: stage {index} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def run_stage(place: Rank, config: Config, out_dir: Path, checkpoint: Path | None,
+              init_method: str | None, job: Job | None = None) -> dict[str, Any] | None:
+    device = pick_device(config, place.local_rank)
+    make_deterministic(config, device)
+    job = job or build_job(config)
+    control = None
+    if place.world > 1:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=init_method, rank=place.rank, world_size=place.world,
+                                timeout=timedelta(seconds=config.timeout_s))
+        control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
+    try:
+        return _run_worker(place, job, device, out_dir, checkpoint, control)
+    finally:
+        if place.world > 1:
+            dist.destroy_process_group()
+
+
+def _run_worker(place: Rank, job: Job, device: torch.device, out_dir: Path, checkpoint: Path | None,
+                control: Any) -> dict[str, Any] | None:
+    transport = DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1 else LocalTransport()
+    shards = ckpt.load_shards(checkpoint) if checkpoint is not None else None
+    barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
+    bar = _progress_bar(job, shards) if place.rank == place.world - 1 else None
+    worker = StageWorker(job, place.rank, transport, device, out_dir, shards, barrier,
+                         progress=bar.step if bar is not None else None)
+    barrier()  # every stage is built: start the clocks together
+    worker.recorder.t0 = time.perf_counter()
+    start = time.perf_counter()
+    report = worker.run()
+    if bar is not None:
+        bar.close()
+    reports = _gather(report, place, control)
+    if place.rank != 0:
+        return None
+    return write_outputs(job, reports, out_dir, time.perf_counter() - start, str(device))
+
+
+def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]:
+    if place.world == 1:
+        return [report]
+    gathered: list[StageReport | None] = [None] * place.world if place.rank == 0 else []
+    dist.gather_object(report, gathered if place.rank == 0 else None, dst=0, group=control)
+    return [r for r in gathered if r is not None]
+
+
+def pick_device(config: Config, local_rank: int) -> torch.device:
+    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            from naspipe.errors import UsageError
+
+            raise UsageError("config key 'device': 'cuda' requested but no CUDA device is available")
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def make_deterministic(config: Config, device: torch.device) -> None:
+    """The settings of DESIGN.md section 2: fixed threads, deterministic kernels."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.set_num_threads(config.threads)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+class _Progress:
+    def __init__(self, total: int, initial: int, batch: int) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, initial=initial, unit="subnet", dynamic_ncols=True)
+        self._batch, self._t0, self._done = batch, time.perf_counter(), 0
+
+    def step(self, subnet: int, loss: float) -> None:
+        self._done += 1
+        rate = self._done * self._batch / max(time.perf_counter() - self._t0, 1e-9)
+        self._bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{rate:.1f}", refresh=False)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _progress_bar(job: Job, shards: list[dict[str, Any]] | None) -> _Progress | None:
+    mode = job.config.progress
+    if mode == "off" or (mode == "auto" and not sys.stderr.isatty()):
+        return None
+    initial = shards[0]["step"] if shards else 0
+    return _Progress(job.config.steps, initial, int(job.space.options.get("batch_size", 1)))

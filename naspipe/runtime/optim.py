@@ -1,0 +1,56 @@
+"""Per-layer optimizer state that only the layer's own updates touch.
+
+Each layer has its own torch optimizer (created on its first update), so momentum, Adam
+moments and step counts belong to the layer and move with it; a layer a subnet did not use
+is never stepped (no decay, no step count). ``foreach`` and ``fused`` are off so that the
+same single-tensor kernels run on every device and stage count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from naspipe.config import OptimizerConfig
+
+
+class LayerOptimizers:
+    def __init__(self, layers: dict[int, nn.Module], config: OptimizerConfig) -> None:
+        self._layers = layers
+        self._config = config
+        self._optimizers: dict[int, torch.optim.Optimizer] = {}
+
+    def _make(self, layer: int) -> torch.optim.Optimizer | None:
+        params = [p for p in self._layers[layer].parameters() if p.requires_grad]
+        if not params:
+            return None
+        c = self._config
+        if c.name == "adam":
+            return torch.optim.Adam(params, lr=c.lr, betas=c.betas, eps=c.eps, weight_decay=c.weight_decay, foreach=False, fused=False)
+        return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, foreach=False)
+
+    def get(self, layer: int) -> torch.optim.Optimizer | None:
+        if layer not in self._optimizers:
+            optimizer = self._make(layer)
+            if optimizer is None:
+                return None
+            self._optimizers[layer] = optimizer
+        return self._optimizers[layer]
+
+    def step(self, layer: int) -> None:
+        """Apply the layer's gradient, then drop it (so the next backward assigns, not adds)."""
+        optimizer = self.get(layer)
+        if optimizer is None:
+            return
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def state_dicts(self) -> dict[int, dict[str, Any]]:
+        return {layer: opt.state_dict() for layer, opt in self._optimizers.items()}
+
+    def load_state_dict(self, layer: int, state: dict[str, Any]) -> None:
+        optimizer = self.get(layer)
+        if optimizer is not None:
+            optimizer.load_state_dict(state)

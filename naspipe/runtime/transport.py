@@ -1,0 +1,108 @@
+"""Point-to-point messages between neighbouring stages.
+
+Activations flow down (stage k -> k+1) and gradients flow up (k+1 -> k). Each direction has
+its own process group, so sends and receives between the same two ranks never queue behind
+each other on one communicator (with nccl that would deadlock: both ranks' receives would
+wait for sends stuck behind them on the same stream). One receiver thread per neighbour
+blocks on that neighbour and puts whole messages on a queue, so the stage's main loop can
+take whichever arrives first. A message is a length (one int64) then the packed bytes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from abc import ABC, abstractmethod
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from naspipe.runtime.wire import Message, pack, unpack
+
+
+class PeerFailure(RuntimeError):
+    """A neighbouring stage went away (crashed or timed out); the run cannot go on."""
+
+
+class Transport(ABC):
+    @abstractmethod
+    def send(self, dst: int, message: Message) -> None: ...
+
+    @abstractmethod
+    def receive(self, timeout: float | None) -> Message | None:
+        """The next message, or None when ``timeout`` seconds pass without one (0: poll)."""
+
+    def close(self) -> None:  # noqa: B027 - nothing to release by default
+        pass
+
+
+class LocalTransport(Transport):
+    """A single stage has no neighbours: nothing is ever sent or received."""
+
+    def send(self, dst: int, message: Message) -> None:
+        raise RuntimeError(f"a single-stage run has no stage {dst} to send to")
+
+    def receive(self, timeout: float | None) -> Message | None:
+        return None
+
+
+class DistTransport(Transport):
+    def __init__(self, rank: int, world: int, device: torch.device, timeout_s: float) -> None:
+        self.rank, self.world, self.device = rank, world, device
+        self._timeout = timedelta(seconds=timeout_s)
+        self._down = dist.new_group(timeout=self._timeout)  # activations: k -> k+1
+        self._up = dist.new_group(timeout=self._timeout)  # gradients: k+1 -> k
+        self._inbox: queue.Queue[Message | BaseException] = queue.Queue()
+        self._threads = []
+        if rank > 0:
+            self._threads.append(self._listen(rank - 1, self._down))
+        if rank < world - 1:
+            self._threads.append(self._listen(rank + 1, self._up))
+
+    def _group_to(self, dst: int) -> dist.ProcessGroup:
+        if dst == self.rank + 1:
+            return self._down
+        if dst == self.rank - 1:
+            return self._up
+        raise ValueError(f"stage {self.rank} can only talk to its neighbours, not {dst}")
+
+    def send(self, dst: int, message: Message) -> None:
+        group = self._group_to(dst)
+        payload = pack(message, self.device)
+        dist.send(torch.tensor([payload.numel()], dtype=torch.int64, device=self.device), dst, group=group)
+        dist.send(payload, dst, group=group)
+
+    def receive(self, timeout: float | None) -> Message | None:
+        try:
+            item = self._inbox.get(block=timeout != 0, timeout=timeout or None)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            raise PeerFailure(f"stage {self.rank}: lost a neighbour: {item}") from item
+        return item
+
+    def _listen(self, src: int, group: dist.ProcessGroup) -> threading.Thread:
+        thread = threading.Thread(target=self._receive_loop, args=(src, group), name=f"recv-{src}", daemon=True)
+        thread.start()
+        return thread
+
+    def _receive_loop(self, src: int, group: dist.ProcessGroup) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        try:
+            while True:
+                size = torch.empty(1, dtype=torch.int64, device=self.device)
+                dist.recv(size, src, group=group)
+                payload = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+                dist.recv(payload, src, group=group)
+                message = unpack(payload)
+                self._inbox.put(message)
+                if message.kind == "END":
+                    return
+        except BaseException as exc:  # noqa: BLE001 - forwarded to the main loop
+            self._inbox.put(exc)
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=self._timeout.total_seconds())

@@ -1,0 +1,118 @@
+"""What every stage policy shares: the event interface and id-ordered registration.
+
+A policy instance lives on one stage and decides, from events alone, which task that stage
+runs next. Events are the same in the runtime and in the virtual-time driver:
+
+- ``admit(y)``       (stage 0 only) subnet ``y`` enters the pipeline; its input is there.
+- ``forward_arrived(y)``  the activation of ``y`` from the previous stage is here.
+- ``backward_arrived(y)`` the gradient of ``y`` from the next stage (on the last stage:
+  ``y``'s own forward, which produced the loss) is here.
+- ``completed(task)``  the stage finished ``task``.
+
+Subnets are *registered* on a stage in stream order, up to the highest id seen there, so
+that a policy always knows every earlier subnet that may use a layer even if that subnet
+has not reached this stage yet (later subnets can overtake earlier ones).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.task import Kind, Task
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Knobs shared by policies.
+
+    ``max_inflight``: subnets admitted into the pipeline and not yet finished on stage 0
+    (bounds stashed activations and the context cache). ``bulk_size``: subnets per BSP bulk.
+    """
+
+    max_inflight: int = 4
+    bulk_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_inflight < 1:
+            raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
+        if self.bulk_size < 1:
+            raise ValueError(f"bulk_size must be >= 1, got {self.bulk_size}")
+
+
+class StagePolicy(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        self.stage = stage
+        self.plan = plan
+        self.options = options
+        self.is_first = stage == 0
+        self.is_last = stage == plan.num_stages - 1
+        self._registered = 0  # subnets [0, _registered) are registered here
+        self.admitted = 0  # stage 0: subnets [0, admitted) have entered the pipeline
+        self.finished = 0  # subnets whose last task on this stage is done
+
+    def resume_at(self, start: int) -> None:
+        """Continue a run whose subnets ``< start`` are finished (from a checkpoint)."""
+        if self._registered or self.admitted or self.finished:
+            raise RuntimeError("resume_at must be called before any event")
+        self._registered = self.finished = start
+        self.admitted = start
+
+    # -- events -------------------------------------------------------------
+    def admit(self, subnet: int) -> None:
+        if not self.is_first or subnet != self.admitted:
+            raise RuntimeError(f"stage {self.stage}: cannot admit subnet {subnet} (next is {self.admitted})")
+        self.admitted += 1
+        self.forward_arrived(subnet)
+
+    def forward_arrived(self, subnet: int) -> None:
+        self._register_through(subnet)
+        self._on_forward(subnet)
+
+    def backward_arrived(self, subnet: int) -> None:
+        self._on_backward(subnet)
+
+    def completed(self, task: Task) -> None:
+        self._on_completed(task)
+        if task.kind is self.final_kind:
+            self.finished += 1
+
+    # -- decisions ----------------------------------------------------------
+    @property
+    def inflight(self) -> int:
+        return self.admitted - self.finished
+
+    @abstractmethod
+    def may_admit(self, subnet: int) -> bool:
+        """Stage 0: may ``subnet`` (the next in the stream) enter the pipeline now?"""
+
+    @abstractmethod
+    def next_task(self) -> Task | None:
+        """Pop the task to run now, or None when nothing may run."""
+
+    # -- hooks for subclasses ----------------------------------------------
+    final_kind: ClassVar[Kind] = Kind.UPDATE
+
+    def _register_through(self, subnet: int) -> None:
+        while self._registered <= subnet:
+            self._on_register(self._registered)
+            self._registered += 1
+
+    def _on_register(self, subnet: int) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @abstractmethod
+    def _on_forward(self, subnet: int) -> None: ...
+
+    @abstractmethod
+    def _on_backward(self, subnet: int) -> None: ...
+
+    @abstractmethod
+    def _on_completed(self, task: Task) -> None: ...
+
+    def task(self, kind: Kind, subnet: int) -> Task:
+        return Task(kind, subnet, self.stage)

@@ -1,0 +1,40 @@
+"""The sequential reference: one subnet at a time, in stream order.
+
+Update semantics: for i = 0, 1, ...: forward SN_i on batch i, backward, update the layers
+it used; the next subnet enters only after the previous one's last update on stage 0. This
+is what the exploration algorithm assumes (paper section 2) and what every other policy is
+judged against. Over D stages it runs the same per-layer computations as on one stage, so
+its results do not depend on D either.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
+from naspipe.scheduling.task import Kind, Task
+
+
+class Sequential(StagePolicy):
+    name = "sequential"
+
+    def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        super().__init__(stage, plan, options)
+        self._ready: deque[Task] = deque()
+
+    def may_admit(self, subnet: int) -> bool:
+        return self.inflight == 0
+
+    def next_task(self) -> Task | None:
+        return self._ready.popleft() if self._ready else None
+
+    def _on_forward(self, subnet: int) -> None:
+        self._ready.append(self.task(Kind.FORWARD, subnet))
+
+    def _on_backward(self, subnet: int) -> None:
+        self._ready.append(self.task(Kind.BACKWARD, subnet))
+
+    def _on_completed(self, task: Task) -> None:
+        if task.kind is Kind.BACKWARD:
+            self._ready.append(self.task(Kind.UPDATE, task.subnet))

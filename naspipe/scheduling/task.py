@@ -1,0 +1,53 @@
+"""Tasks and schedules as data.
+
+A task is one stage's piece of one subnet's step: ``F`` (forward), ``B`` (backward, which
+includes recomputation when checkpointing is on) or ``U`` (the optimizer update of the
+subnet's layers on that stage). It prints as ``<stage><kind><subnet>``: ``2F5`` is stage 2's
+forward of subnet 5. A schedule is a list of tasks that can be printed, parsed back,
+validated and replayed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Kind(str, Enum):
+    FORWARD = "F"
+    BACKWARD = "B"
+    UPDATE = "U"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TASK_RE = re.compile(r"^(\d+)([FBU])(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    kind: Kind
+    subnet: int
+    stage: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{self.subnet}"
+
+    @classmethod
+    def parse(cls, text: str) -> Task:
+        match = _TASK_RE.match(text.strip())
+        if match is None:
+            raise ValueError(f"not a task: {text!r} (expected <stage><F|B|U><subnet>, e.g. 2F5)")
+        stage, kind, subnet = match.groups()
+        return cls(Kind(kind), int(subnet), int(stage))
+
+
+def format_schedule(tasks: Iterable[Task]) -> str:
+    return " ".join(str(t) for t in tasks)
+
+
+def parse_schedule(text: str) -> list[Task]:
+    return [Task.parse(word) for word in text.split()]

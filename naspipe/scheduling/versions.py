@@ -1,0 +1,71 @@
+"""The CSP version rule, kept incrementally with one counter and one queue per layer.
+
+For a trainable layer ``l`` let ``W_l`` be the ordered list of subnets that use it. Subnet
+``y`` may touch ``l`` (forward, recompute or backward) only when the copy of ``l`` includes
+the writes of every earlier user ``x < y`` in ``W_l``. Subnets register in id order, so
+``y``'s required version is simply the number of users registered before it; the layer's
+version is the number of writes applied. The whole rule is :meth:`VersionTable.may_access`.
+
+Because a write can only unblock the *next* user of that layer, :meth:`write` returns that
+user: callers keep a per-subnet count of blocking layers and never rescan earlier subnets.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+
+class VersionTable:
+    def __init__(self) -> None:
+        self._version: dict[int, int] = {}
+        self._waiting: dict[int, deque[int]] = {}
+        self._required: dict[int, dict[int, int]] = {}
+
+    def may_access(self, subnet: int, layer: int) -> bool:
+        """The CSP rule: ``layer`` already holds the writes of every earlier user of it."""
+        return self._version.get(layer, 0) == self._required[subnet][layer]
+
+    def register(self, subnet: int, layers: Iterable[int]) -> int:
+        """Append ``subnet`` to the users of ``layers``; returns how many it must wait on.
+
+        Subnets must register in increasing id order (the stream order).
+        """
+        if subnet in self._required:
+            raise ValueError(f"subnet {subnet} registered twice")
+        required: dict[int, int] = {}
+        blocked = 0
+        for layer in layers:
+            queue = self._waiting.setdefault(layer, deque())
+            if queue and queue[-1] > subnet:
+                raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
+            required[layer] = self._version.get(layer, 0) + len(queue)
+            blocked += bool(queue)
+            queue.append(subnet)
+        self._required[subnet] = required
+        return blocked
+
+    def write(self, subnet: int, layer: int) -> int | None:
+        """Record ``subnet``'s update of ``layer``; returns the user that this write unblocks."""
+        if not self.may_access(subnet, layer):
+            raise RuntimeError(
+                f"subnet {subnet} wrote layer {layer} at version {self.version(layer)}, "
+                f"but its turn is version {self._required[subnet][layer]}"
+            )
+        queue = self._waiting[layer]
+        queue.popleft()
+        self._version[layer] = self._version.get(layer, 0) + 1
+        return queue[0] if queue else None
+
+    def forget(self, subnet: int) -> None:
+        """Drop a subnet that has written all its layers."""
+        del self._required[subnet]
+
+    def version(self, layer: int) -> int:
+        return self._version.get(layer, 0)
+
+    def required(self, subnet: int, layer: int) -> int:
+        return self._required[subnet][layer]
+
+    def __contains__(self, subnet: int) -> bool:
+        return subnet in self._required

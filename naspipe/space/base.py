@@ -1,0 +1,118 @@
+"""Search spaces as torch modules: seeded layers, deterministic batches, the loss.
+
+A :class:`SearchSpace` couples a pure :class:`SpaceStructure` with how to build each layer,
+how to make batch ``i`` and how to score the output. Every layer is a :class:`SpaceLayer`
+mapping a *state* (a tuple of tensors, e.g. ``(x,)`` or ``(x, encoder_out)``) to the next
+state, so any position can be a stage boundary and the state crosses it as exact bytes.
+
+Determinism sources live here: a layer's parameters come from a generator seeded by (seed,
+layer id), whichever process builds it; batch ``i`` is a pure function of (seed, i); dropout
+masks come from (seed, subnet, layer), so recomputation reproduces them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from naspipe.seeding import derive_seed
+from naspipe.space.structure import SharedPolicy, SpaceStructure
+
+State = tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """What a layer may know about the call: whose step it is and whether it is a recompute.
+
+    ``recompute`` is True when the backward re-runs the forward from a checkpoint: layers with
+    running statistics (batch norm) must not update them a second time.
+    """
+
+    seed: int
+    subnet: int
+    layer: int
+    recompute: bool = False
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(derive_seed(self.seed, "dropout", self.subnet, self.layer))
+        return gen
+
+
+def seeded_dropout(x: torch.Tensor, p: float, ctx: LayerContext) -> torch.Tensor:
+    """Inverted dropout whose mask is a pure function of (seed, subnet, layer, shape)."""
+    if p <= 0.0:
+        return x
+    keep = torch.rand(x.shape, generator=ctx.generator(x.device), device=x.device) >= p
+    return x * keep.to(x.dtype) / (1.0 - p)
+
+
+class SpaceLayer(nn.Module, ABC):
+    """One layer at one position of the supernet."""
+
+    @abstractmethod
+    def forward(self, state: State, ctx: LayerContext) -> State: ...
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Model inputs (the state fed to the first layer) and the targets the loss needs."""
+
+    inputs: State
+    targets: tuple[torch.Tensor, ...]
+
+
+class SearchSpace(ABC):
+    """A supernet family. Subclasses set ``defaults`` and implement the abstract methods.
+
+    ``options`` override ``defaults`` key by key; unknown keys are an error naming the key,
+    so a typo in ``--set space.dim=64`` never silently does nothing.
+    """
+
+    defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, name: str, options: Mapping[str, Any], shared_policy: SharedPolicy = "frozen") -> None:
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            raise ValueError(
+                f"space {name!r} has no option {unknown[0]!r}; its options are {', '.join(sorted(self.defaults))}"
+            )
+        self.name = name
+        self.options: dict[str, Any] = {**self.defaults, **options}
+        self.shared_policy = shared_policy
+        self.structure = self._structure()
+
+    @abstractmethod
+    def _structure(self) -> SpaceStructure:
+        """The pure structure (op names per prefix/candidate/suffix layer)."""
+
+    @abstractmethod
+    def make_layer(self, layer: int) -> SpaceLayer:
+        """Construct layer ``layer`` with torch's default init; :meth:`build_layer` seeds it."""
+
+    @abstractmethod
+    def batch(self, step: int, seed: int) -> Batch:
+        """Batch ``step``, on the CPU, as a pure function of (seed, step)."""
+
+    @abstractmethod
+    def loss(self, output: State, batch: Batch) -> torch.Tensor:
+        """Scalar training loss of the last layer's output."""
+
+    def layer_cost(self, layer: int) -> float:
+        """A device-free cost estimate (parameter count + 1) used when no profile is given."""
+        return 1.0 + float(sum(p.numel() for p in self.build_layer(layer, seed=0).parameters()))
+
+    def build_layer(self, layer: int, seed: int) -> SpaceLayer:
+        """Layer ``layer`` initialised from (seed, layer) alone; frozen if not trainable."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(seed, "init", layer))
+            module = self.make_layer(layer)
+        if not self.structure.is_trainable(layer):
+            module.requires_grad_(False)
+        return module

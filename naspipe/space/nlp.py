@@ -1,0 +1,305 @@
+"""Evolved-Transformer style encoder-decoder translation space (NASPipe's NLP space).
+
+Positions: a shared embedding layer (source and target token embeddings + sinusoidal
+positions), ``blocks`` choice blocks (the first ``blocks // 2`` are encoder blocks, the rest
+decoder blocks), and a shared output projection. Candidate ``c`` of a block runs operation
+``SEQ_OPS[c % 24]`` (see :mod:`naspipe.space.ops.seq`); candidates beyond the 24 distinct
+operations are independent copies with their own weights.
+
+- Encoder block: ``enc + dropout(op(LN(enc)))`` with padded source positions masked.
+- Decoder block: ``dec + dropout(causal_op(LN(dec)))``, then
+  ``dec + dropout(cross_attention(LN(dec), LN(enc)))``, so every decoder layer reads the
+  encoder output and the encoder always reaches the loss. Causal ops never see future
+  target positions.
+
+State between positions (every tensor a later layer needs, so any position can be a
+pipeline stage boundary):
+
+- batch inputs: ``(src, tgt_in)`` int64 ``(B, seq_len)``,
+- after the embedding and every block but the last: ``(enc, dec, src)`` with ``enc``/``dec``
+  float ``(B, seq_len, dim)`` and ``src`` the int64 source tokens (its padding is the mask),
+- after the last decoder block: ``(dec,)``, which the output projection maps to logits.
+
+Data: by default a deterministic synthetic translation task (a pure function of (seed,
+step)): a random-length source sentence, its target is a fixed token-wise dictionary of the
+source with adjacent tokens swapped pairwise (a local reordering), so the decoder must
+attend to the source. With ``data`` set to a prepared translation directory, batches come
+from :class:`naspipe.data.batches.TranslationBatches` (imported on first use). Token ids
+follow fairseq: ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3. Loss: label-smoothed
+cross-entropy over non-pad target tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from naspipe.seeding import derive_seed
+from naspipe.space import register_preset
+from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
+from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
+from naspipe.space.ops.seq import SEQ_OPS, CrossAttention, make_seq_op, parse_seq_op, seq_op_macs
+from naspipe.space.structure import SpaceStructure
+
+BOS, PAD, EOS, UNK = 0, 1, 2, 3
+FIRST_WORD = 4  # first id of an ordinary token
+
+
+def sinusoid_positions(length: int, dim: int) -> torch.Tensor:
+    """The Transformer's fixed sinusoidal position table, ``(length, dim)``."""
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    rate = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * rate)
+    table[:, 1::2] = torch.cos(position * rate)[:, : dim // 2]
+    return table.float()
+
+
+class Embeddings(SpaceLayer):
+    """Shared prefix: ``(src, tgt_in)`` token ids -> ``(enc, dec, src)``."""
+
+    def __init__(self, vocab: int, dim: int, seq_len: int, dropout_p: float) -> None:
+        super().__init__()
+        self.src_embed = nn.Embedding(vocab, dim, padding_idx=PAD)
+        self.tgt_embed = nn.Embedding(vocab, dim, padding_idx=PAD)
+        self.register_buffer("positions", sinusoid_positions(seq_len, dim), persistent=False)
+        self.dropout = dropout_p
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        src, tgt = state
+        p = self.dropout if self.training else 0.0
+        enc = dropout(self.src_embed(src) + self.positions, p, ctx, "src")
+        dec = dropout(self.tgt_embed(tgt) + self.positions, p, ctx, "tgt")
+        return (enc, dec, src)
+
+
+class EncoderBlock(SpaceLayer):
+    """``enc + dropout(op(LN(enc)))``; ``dec`` passes through (as a copy), ``src`` as is."""
+
+    def __init__(self, op: str, dim: int, dropout_p: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.op = make_seq_op(op, dim, causal=False)
+        self.dropout = dropout_p
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        enc, dec, src = state
+        keep = src != PAD
+        h = self.norm(enc) * keep.unsqueeze(-1).to(enc.dtype)
+        p = self.dropout if self.training else 0.0
+        # dec is returned as a fresh tensor (not the input object) so that every float output
+        # has its own autograd node, whatever the runtime does with leaves.
+        return (enc + dropout(self.op(h, keep), p, ctx, "op"), dec.clone(), src)
+
+
+class DecoderBlock(SpaceLayer):
+    """Causal op sublayer then cross-attention sublayer, both pre-norm residual."""
+
+    def __init__(self, op: str, dim: int, cross_heads: int, dropout_p: float, last: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.op = make_seq_op(op, dim, causal=True)
+        self.cross_norm = nn.LayerNorm(dim)
+        self.memory_norm = nn.LayerNorm(dim)
+        self.cross = CrossAttention(dim, cross_heads)
+        self.dropout = dropout_p
+        self.last = last
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        enc, dec, src = state
+        keep = src != PAD
+        p = self.dropout if self.training else 0.0
+        dec = dec + dropout(self.op(self.norm(dec), None), p, ctx, "op")
+        dec = dec + dropout(self.cross(self.cross_norm(dec), self.memory_norm(enc), keep), p, ctx, "cross")
+        if self.last:
+            return (dec,)
+        return (enc.clone(), dec, src)
+
+
+class OutputProjection(SpaceLayer):
+    """Shared suffix: ``(dec,)`` -> ``(logits,)``."""
+
+    def __init__(self, dim: int, vocab: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.proj = nn.Linear(dim, vocab)
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        (dec,) = state
+        return (self.proj(self.norm(dec)),)
+
+
+class NlpSpace(SearchSpace):
+    defaults: ClassVar[dict[str, Any]] = {
+        "blocks": 6,
+        "candidates": 8,
+        "dim": 32,
+        "cross_heads": 4,
+        "vocab": 48,
+        "seq_len": 12,
+        "batch_size": 8,
+        "dropout": 0.1,
+        "label_smoothing": 0.1,
+        "data": None,
+    }
+
+    def _structure(self) -> SpaceStructure:
+        o = self.options
+        for key in ("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size"):
+            if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
+                raise ValueError(f"space {self.name!r}: option {key!r} must be a positive integer, got {o[key]!r}")
+        if o["blocks"] < 2:
+            raise ValueError(f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}")
+        if o["seq_len"] < 3:
+            raise ValueError(f"space {self.name!r}: option 'seq_len' must be >= 3, got {o['seq_len']}")
+        if o["vocab"] <= FIRST_WORD + 1:
+            raise ValueError(f"space {self.name!r}: option 'vocab' must be > {FIRST_WORD + 1}, got {o['vocab']}")
+        if not 0.0 <= float(o["dropout"]) < 1.0:
+            raise ValueError(f"space {self.name!r}: option 'dropout' must be in [0, 1), got {o['dropout']!r}")
+        if not 0.0 <= float(o["label_smoothing"]) < 1.0:
+            raise ValueError(
+                f"space {self.name!r}: option 'label_smoothing' must be in [0, 1), got {o['label_smoothing']!r}"
+            )
+        ops = [SEQ_OPS[c % len(SEQ_OPS)] for c in range(o["candidates"])]
+        for op in ops:  # divisibility (attention heads, lightweight-conv sharing)
+            family, args = parse_seq_op(op)
+            need = args.get("heads") or args.get("share") or 1
+            if o["dim"] % need:
+                raise ValueError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by {need} for {op}")
+        if o["dim"] % o["cross_heads"]:
+            raise ValueError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'cross_heads'")
+        if o["dim"] % 2:
+            raise ValueError(f"space {self.name!r}: option 'dim' must be even, got {o['dim']}")
+        n_enc = self.encoder_blocks
+        blocks = tuple(
+            tuple(("enc." if b < n_enc else "dec.") + op for op in ops) for b in range(o["blocks"])
+        )
+        return SpaceStructure(self.name, ("embedding",), blocks, ("output",), self.shared_policy)
+
+    @property
+    def encoder_blocks(self) -> int:
+        return self.options["blocks"] // 2
+
+    def make_layer(self, layer: int) -> SpaceLayer:
+        o, s = self.options, self.structure
+        op = s.op_name(layer)
+        p = float(o["dropout"])
+        if op == "embedding":
+            return Embeddings(o["vocab"], o["dim"], o["seq_len"], p)
+        if op == "output":
+            return OutputProjection(o["dim"], o["vocab"])
+        role, name = op.split(".", 1)
+        if role == "enc":
+            return EncoderBlock(name, o["dim"], p)
+        last = s.block_of(layer) == len(s.blocks) - 1
+        return DecoderBlock(name, o["dim"], o["cross_heads"], p, last)
+
+    def layer_cost(self, layer: int) -> float:
+        """Forward multiply-accumulates per batch (no layer is built)."""
+        o = self.options
+        d, t, v, b = o["dim"], o["seq_len"], o["vocab"], o["batch_size"]
+        op = self.structure.op_name(layer)
+        if op == "embedding":
+            macs = 2.0 * t * d
+        elif op == "output":
+            macs = float(t * d * v)
+        else:
+            role, name = op.split(".", 1)
+            macs = seq_op_macs(name, d, t)
+            if role == "dec":
+                macs += 4.0 * d * d * t + 2.0 * t * t * d
+        return 1.0 + b * macs
+
+    # -- data ---------------------------------------------------------------------------------
+    def batch(self, step: int, seed: int) -> Batch:
+        if self.options["data"] is not None:
+            return self._dataset_batch(step, seed)
+        return self._synthetic_batch(step, seed)
+
+    def _synthetic_batch(self, step: int, seed: int) -> Batch:
+        o = self.options
+        bsz, t, vocab = o["batch_size"], o["seq_len"], o["vocab"]
+        gen = torch.Generator().manual_seed(derive_seed(seed, "batch", step))
+        words = vocab - FIRST_WORD
+        tokens = torch.randint(FIRST_WORD, vocab, (bsz, t - 1), generator=gen)
+        lengths = torch.randint(max(1, (t - 1) // 2), t, (bsz,), generator=gen)  # in [(t-1)//2, t-1]
+        table = torch.randperm(words, generator=torch.Generator().manual_seed(derive_seed(seed, "task"))) + FIRST_WORD
+        src = torch.full((bsz, t), PAD, dtype=torch.long)
+        tgt_in = torch.full((bsz, t), PAD, dtype=torch.long)
+        tgt_out = torch.full((bsz, t), PAD, dtype=torch.long)
+        for i in range(bsz):
+            n = int(lengths[i])
+            x = tokens[i, :n]
+            order = torch.arange(n)
+            pairs = (n // 2) * 2
+            order[:pairs] = order[:pairs].view(-1, 2).flip(1).reshape(-1)  # swap adjacent pairs
+            y = table[x[order] - FIRST_WORD]
+            src[i, :n], src[i, n] = x, EOS
+            tgt_in[i, 0], tgt_in[i, 1 : n + 1] = BOS, y
+            tgt_out[i, :n], tgt_out[i, n] = y, EOS
+        return Batch((src, tgt_in), (tgt_out,))
+
+    def _dataset_batch(self, step: int, seed: int) -> Batch:
+        source = self._dataset(seed)
+        arrays = source.batch(step)
+        if isinstance(arrays, dict):
+            src, tgt_in, tgt_out = arrays["src"], arrays["tgt_in"], arrays["tgt_out"]
+        elif hasattr(arrays, "src"):
+            src, tgt_in, tgt_out = arrays.src, arrays.tgt_in, arrays.tgt_out
+        else:
+            src, tgt_in, tgt_out = arrays
+        tensors = tuple(torch.as_tensor(a, dtype=torch.long).clone() for a in (src, tgt_in, tgt_out))
+        o = self.options
+        for tensor in tensors:
+            if tuple(tensor.shape) != (o["batch_size"], o["seq_len"]):
+                raise ValueError(
+                    f"space {self.name!r}: dataset {o['data']} gave a batch of shape {tuple(tensor.shape)}, "
+                    f"expected ({o['batch_size']}, {o['seq_len']})"
+                )
+            if int(tensor.max()) >= o["vocab"]:
+                raise ValueError(
+                    f"space {self.name!r}: dataset {o['data']} has token id {int(tensor.max())} >= vocab {o['vocab']}; "
+                    f"set space.vocab to at least the dictionary size"
+                )
+        return Batch(tensors[:2], tensors[2:])
+
+    def _dataset(self, seed: int):  # noqa: ANN202 - the reader's class lives in naspipe.data
+        cache = self.__dict__.setdefault("_datasets", {})
+        if seed not in cache:
+            try:
+                from naspipe.data.batches import TranslationBatches
+            except ImportError as exc:  # pragma: no cover - depends on the data package
+                raise ValueError(f"space {self.name!r}: option 'data' needs naspipe.data.batches ({exc})") from exc
+            o = self.options
+            cache[seed] = TranslationBatches(
+                o["data"], batch_size=o["batch_size"], max_len=o["seq_len"], pad=PAD, bos=BOS, eos=EOS, seed=seed
+            )
+        return cache[seed]
+
+    # -- objective ----------------------------------------------------------------------------
+    def loss(self, output: State, batch: Batch) -> torch.Tensor:
+        (logits,) = output
+        (target,) = batch.targets
+        target = target.to(logits.device)
+        smoothing = float(self.options["label_smoothing"])
+        return label_smoothed_cross_entropy(logits, target, smoothing, ignore_index=PAD)
+
+    def accuracy(self, output: State, batch: Batch) -> torch.Tensor:
+        """Token accuracy over non-pad targets."""
+        (logits,) = output
+        (target,) = batch.targets
+        target = target.to(logits.device)
+        keep = target != PAD
+        hits = (logits.argmax(-1) == target) & keep
+        return hits.sum().float() / keep.sum().clamp(min=1).float()
+
+
+_FULL = {"blocks": 48, "dim": 512, "cross_heads": 8, "vocab": 32768, "seq_len": 64, "batch_size": 32}
+register_preset("nlp.tiny", NlpSpace, {})
+for _name, _candidates in (("nlp.c0", 96), ("nlp.c1", 72), ("nlp.c2", 48), ("nlp.c3", 24)):
+    register_preset(_name, NlpSpace, {**_FULL, "candidates": _candidates})
+
+__all__ = ["BOS", "EOS", "PAD", "UNK", "NlpSpace", "SEQ_OPS"]

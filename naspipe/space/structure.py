@@ -1,0 +1,112 @@
+"""The shape of a supernet, in pure Python: choice blocks, candidates, shared layers, layer ids.
+
+A supernet is a chain of *positions*: shared prefix layers (embedding, stem), then ``m``
+choice blocks with ``n_b`` candidate layers each, then shared suffix layers (head). A
+subnet picks one candidate per block, so it runs exactly one layer at every position.
+
+Layer ids are global and dense: prefix layers first, then block ``b``'s candidates in
+order, then suffix layers. The scheduling core, the partitioner and the simulator only ever
+see this structure; tensors never enter here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from naspipe.subnet import Subnet
+
+SharedPolicy = Literal["frozen", "causal"]
+SHARED_POLICIES: tuple[str, ...] = ("frozen", "causal")
+
+
+@dataclass(frozen=True)
+class SpaceStructure:
+    """Names of the operation at every layer, arranged as prefix, blocks, suffix.
+
+    ``shared_policy`` says whether shared layers are trained: ``frozen`` keeps them at their
+    seeded init (the NASPipe artifact's choice), ``causal`` trains them as layers that every
+    subnet uses (correct under CSP, but it serialises the pipeline).
+    """
+
+    name: str
+    prefix: tuple[str, ...]
+    blocks: tuple[tuple[str, ...], ...]
+    suffix: tuple[str, ...]
+    shared_policy: SharedPolicy = "frozen"
+    _block_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.blocks or any(not b for b in self.blocks):
+            raise ValueError(f"space {self.name!r}: every choice block needs at least one candidate")
+        if self.shared_policy not in SHARED_POLICIES:
+            raise ValueError(f"shared_policy must be one of {SHARED_POLICIES}, got {self.shared_policy!r}")
+        offsets, next_id = [], len(self.prefix)
+        for block in self.blocks:
+            offsets.append(next_id)
+            next_id += len(block)
+        object.__setattr__(self, "_block_offsets", tuple(offsets))
+
+    @property
+    def choices_per_block(self) -> tuple[int, ...]:
+        return tuple(len(b) for b in self.blocks)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.prefix) + sum(self.choices_per_block) + len(self.suffix)
+
+    @property
+    def num_positions(self) -> int:
+        """Layers a subnet runs: one per prefix layer, block and suffix layer."""
+        return len(self.prefix) + len(self.blocks) + len(self.suffix)
+
+    def layer_id(self, block: int, choice: int) -> int:
+        if not 0 <= choice < len(self.blocks[block]):
+            raise IndexError(f"block {block} has {len(self.blocks[block])} candidates, not {choice + 1}")
+        return self._block_offsets[block] + choice
+
+    def position_layers(self, subnet: Subnet) -> tuple[int, ...]:
+        """The layer the subnet runs at each position, in execution order."""
+        if len(subnet.choices) != len(self.blocks):
+            raise ValueError(f"subnet {subnet} has {len(subnet.choices)} choices, space has {len(self.blocks)} blocks")
+        prefix = tuple(range(len(self.prefix)))
+        chosen = tuple(self.layer_id(b, c) for b, c in enumerate(subnet.choices))
+        first_suffix = self.num_layers - len(self.suffix)
+        return prefix + chosen + tuple(range(first_suffix, self.num_layers))
+
+    def is_shared(self, layer: int) -> bool:
+        return layer < len(self.prefix) or layer >= self.num_layers - len(self.suffix)
+
+    def is_trainable(self, layer: int) -> bool:
+        """Choice layers always train; shared layers train only under the ``causal`` policy."""
+        return not self.is_shared(layer) or self.shared_policy == "causal"
+
+    def op_name(self, layer: int) -> str:
+        if layer < len(self.prefix):
+            return self.prefix[layer]
+        if layer >= self.num_layers - len(self.suffix):
+            return self.suffix[layer - (self.num_layers - len(self.suffix))]
+        block = self.block_of(layer)
+        return self.blocks[block][layer - self._block_offsets[block]]
+
+    def block_of(self, layer: int) -> int | None:
+        """The choice block of a candidate layer; None for shared layers."""
+        if self.is_shared(layer):
+            return None
+        lo, hi = 0, len(self._block_offsets) - 1
+        while lo < hi:  # last offset <= layer
+            mid = (lo + hi + 1) // 2
+            if self._block_offsets[mid] <= layer:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def position_of(self, layer: int) -> int:
+        """The position (0 .. num_positions-1) where ``layer`` can run."""
+        if layer < len(self.prefix):
+            return layer
+        block = self.block_of(layer)
+        if block is not None:
+            return len(self.prefix) + block
+        return len(self.prefix) + len(self.blocks) + (layer - (self.num_layers - len(self.suffix)))
