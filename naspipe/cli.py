@@ -59,12 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from naspipe.runtime.launch import train
+    from naspipe.runtime.launch import StageFailed, train
 
     flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
              "seed": args.seed, "checkpoint_every": args.checkpoint_every}
     config = load_config(args.config, args.overrides, flags)
-    metrics = train(config, args.out, args.resume)
+    try:
+        metrics = train(config, args.out, args.resume)
+    except StageFailed as exc:
+        print(f"naspipe: error: {exc}", file=sys.stderr)
+        return 1
     if metrics is not None:
         keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "wall_s")
         print(json.dumps({k: metrics[k] for k in keys}))

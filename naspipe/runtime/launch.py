@@ -35,6 +35,10 @@ from naspipe.runtime.transport import DistTransport, LocalTransport
 from naspipe.runtime.worker import StageWorker
 
 
+class StageFailed(RuntimeError):
+    """A stage process died; its own traceback is already on stderr."""
+
+
 @dataclass(frozen=True)
 class Rank:
     rank: int
@@ -67,8 +71,12 @@ def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str
         return run_stage(Rank(0, 1, 0), config, out_dir, checkpoint, init_method=None, job=job)
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
-        mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
-                           join=True, start_method="spawn")
+        try:
+            mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
+                               join=True, start_method="spawn")
+        except mp.ProcessException as exc:
+            raise StageFailed(f"stage {exc.error_index} failed (exit code {getattr(exc, 'exit_code', '?')}); "
+                              "its traceback is above; the other stages were stopped") from None
     return json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
 
 
