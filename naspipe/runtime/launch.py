@@ -74,7 +74,7 @@ def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str
         try:
             mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
                                join=True, start_method="spawn")
-        except mp.ProcessException as exc:
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             raise StageFailed(f"stage {exc.error_index} failed (exit code {getattr(exc, 'exit_code', '?')}); "
                               "its traceback is above; the other stages were stopped") from None
     return json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
