@@ -35,26 +35,31 @@ class VersionTable:
             raise ValueError(f"subnet {subnet} registered twice")
         required: dict[int, int] = {}
         blocked = 0
+        waiting, version = self._waiting, self._version
         for layer in layers:
-            queue = self._waiting.setdefault(layer, deque())
-            if queue and queue[-1] > subnet:
-                raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
-            required[layer] = self._version.get(layer, 0) + len(queue)
-            blocked += bool(queue)
+            queue = waiting.get(layer)
+            if queue is None:
+                queue = waiting[layer] = deque()
+            elif queue:
+                if queue[-1] > subnet:
+                    raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
+                blocked += 1
+            required[layer] = version.get(layer, 0) + len(queue)
             queue.append(subnet)
         self._required[subnet] = required
         return blocked
 
     def write(self, subnet: int, layer: int) -> int | None:
         """Record ``subnet``'s update of ``layer``; returns the user that this write unblocks."""
-        if not self.may_access(subnet, layer):
+        version = self._version.get(layer, 0)
+        if version != self._required[subnet][layer]:
             raise RuntimeError(
-                f"subnet {subnet} wrote layer {layer} at version {self.version(layer)}, "
+                f"subnet {subnet} wrote layer {layer} at version {version}, "
                 f"but its turn is version {self._required[subnet][layer]}"
             )
         queue = self._waiting[layer]
         queue.popleft()
-        self._version[layer] = self._version.get(layer, 0) + 1
+        self._version[layer] = version + 1
         return queue[0] if queue else None
 
     def forget(self, subnet: int) -> None:

@@ -1,0 +1,45 @@
+"""Shared fixtures: small structures and plans, and paths to the shared data samples."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from naspipe.partition import balanced_partition
+from naspipe.scheduling import PipelinePlan
+from naspipe.space.structure import SpaceStructure
+from naspipe.subnet import Subnet, SubnetStream
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def make_structure(blocks: int, candidates: int, shared_policy: str = "frozen") -> SpaceStructure:
+    return SpaceStructure("test", ("emb",), tuple(("op",) * candidates for _ in range(blocks)), ("head",), shared_policy)  # type: ignore[arg-type]
+
+
+class FixedStream:
+    """A stream given explicitly (adversarial cases: all identical, all disjoint)."""
+
+    def __init__(self, subnets: list[tuple[int, ...]]) -> None:
+        self._subnets = [Subnet(s) for s in subnets]
+
+    def __getitem__(self, index: int) -> Subnet:
+        return self._subnets[index]
+
+
+def make_plan(blocks: int, candidates: int, stages: int, seed: int = 0, stream=None, shared_policy: str = "frozen") -> PipelinePlan:
+    structure = make_structure(blocks, candidates, shared_policy)
+    partition = balanced_partition([1.0] * structure.num_positions, stages)
+    return PipelinePlan(structure, partition, stream or SubnetStream(structure.choices_per_block, seed))
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m naspipe ARGS`` in a fresh process (as a user would)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "naspipe", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=ROOT)
