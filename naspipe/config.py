@@ -160,6 +160,8 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, key + ".")
     if origin is Literal:
+        if isinstance(value, bool) and {"on", "off"} <= set(typing.get_args(hint)):
+            value = "on" if value else "off"  # YAML reads a bare on/off as a boolean
         if value not in typing.get_args(hint):
             raise UsageError(f"config key {key!r}: {value!r} is not one of {', '.join(map(str, typing.get_args(hint)))}")
         return value

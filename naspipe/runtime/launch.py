@@ -35,6 +35,15 @@ from naspipe.runtime.transport import DistTransport, LocalTransport
 from naspipe.runtime.worker import StageWorker
 
 
+# forkserver: one clean server process imports torch once, then each stage is a fork of it
+# (no torch state or threads are inherited from the caller, unlike plain fork).
+START_METHOD = "forkserver"
+
+
+def _preload_forkserver() -> None:
+    mp.set_forkserver_preload(["naspipe.runtime.launch"])
+
+
 class StageFailed(RuntimeError):
     """A stage process died; its own traceback is already on stderr."""
 
@@ -69,11 +78,12 @@ def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str
         return run_stage(place, config, out_dir, checkpoint, init_method="env://")
     if config.stages == 1:
         return run_stage(Rank(0, 1, 0), config, out_dir, checkpoint, init_method=None, job=job)
+    _preload_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
         try:
             mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
-                               join=True, start_method="spawn")
+                               join=True, start_method=START_METHOD)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             raise StageFailed(f"stage {exc.error_index} failed (exit code {getattr(exc, 'exit_code', '?')}); "
                               "its traceback is above; the other stages were stopped") from None

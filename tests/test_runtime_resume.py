@@ -1,0 +1,52 @@
+"""Checkpoint and resume: the resumed run is bitwise the uninterrupted one; crashes keep checkpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from tests.conftest import run_cli
+from tests.test_runtime_repro import SMALL, assert_identical, train
+
+
+def test_resume_is_bitwise_the_uninterrupted_run(tmp_path):
+    adam = ["--set", "optimizer.name=adam", "--set", "optimizer.lr=0.01"]
+    full = train(tmp_path / "full", "csp", 2, 0, *adam, steps=12)
+    part = train(tmp_path / "part", "csp", 2, 0, *adam, "--checkpoint-every", "4", steps=8)
+    checkpoints = sorted(p.name for p in (part / "checkpoints").iterdir())
+    assert checkpoints == ["step-00000004"]  # 8 is the end of the run, not a checkpoint
+    result = run_cli("train", "--system", "csp", "--stages", "3", "--steps", "12", "--seed", "0", "--resume", str(part),
+                     "--out", str(tmp_path / "resumed"), *SMALL, *adam)
+    assert result.returncode == 0, result.stderr
+    assert_identical(full, tmp_path / "resumed")
+
+
+def test_resume_rejects_a_different_config(tmp_path):
+    part = train(tmp_path / "part", "csp", 1, 0, "--checkpoint-every", "2", steps=4)
+    result = run_cli("train", "--system", "csp", "--stages", "1", "--steps", "8", "--seed", "1", "--resume", str(part),
+                     "--out", str(tmp_path / "resumed"), *SMALL)
+    assert result.returncode == 2
+    assert "config key 'seed'" in result.stderr
+    assert not (tmp_path / "resumed").exists()
+
+
+def test_a_crashing_stage_stops_every_process_and_keeps_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    started = time.monotonic()
+    result = run_cli("train", "--system", "csp", "--stages", "3", "--steps", "40", "--seed", "0", "--out", str(out),
+                     "--checkpoint-every", "4", *SMALL, env={"NASPIPE_FAIL_AT": "1:10"}, timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert elapsed < 60
+    assert "injected failure" in result.stderr and "Traceback" in result.stderr
+    assert "stage 1 failed" in result.stderr
+    assert not (out / "losses.csv").exists()  # no half-written results
+    complete = sorted(p.parent.name for p in (out / "checkpoints").glob("step-*/manifest.json"))
+    assert complete == ["step-00000004", "step-00000008"]
+    manifest = json.loads((out / "checkpoints" / "step-00000008" / "manifest.json").read_text())
+    assert manifest["step"] == 8
+    for stage in range(3):
+        shard = torch.load(out / "checkpoints" / "step-00000008" / f"stage-{stage}.pt", weights_only=True)
+        assert shard["step"] == 8 and shard["layers"]
