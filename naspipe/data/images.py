@@ -125,8 +125,8 @@ def prepare_images(
     check_replaceable(out_dir)
     root = Path(root)
     classes = find_classes(root / splits[0])
-    plan = {split: list_samples(root / split, classes, limit_per_class) for split in splits}
     _check_same_classes(root, splits, classes)
+    plan = {split: list_samples(root / split, classes, limit_per_class) for split in splits}
     bad: list[str] = []
     with atomic_output_dir(out_dir) as tmp:
         for split, samples in plan.items():
