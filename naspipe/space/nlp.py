@@ -16,16 +16,22 @@ State between positions (every tensor a later layer needs, so any position can b
 pipeline stage boundary):
 
 - batch inputs: ``(src, tgt_in)`` int64 ``(B, seq_len)``,
-- after the embedding and every block but the last: ``(enc, dec, src)`` with ``enc``/``dec``
-  float ``(B, seq_len, dim)`` and ``src`` the int64 source tokens (its padding is the mask),
-- after the last decoder block: ``(dec,)``, which the output projection maps to logits.
+- after the embedding and after every block: ``(enc, dec, src)`` with ``enc``/``dec`` float
+  ``(B, seq_len, dim)`` and ``src`` the int64 source tokens (its padding is the mask); the
+  output projection maps it to ``(logits,)``.
+
+Every block of one kind has the same state in and out, so an op name and its input shape
+determine the computation (the profiler relies on it). Layers pass tensors they do not
+change through as the same objects (``dec`` in encoder blocks, ``enc`` in decoder blocks);
+the output projection reads only ``dec``, so ``enc`` gets no gradient there (None).
 
 Data: by default a deterministic synthetic translation task (a pure function of (seed,
 step)): a random-length source sentence, its target is a fixed token-wise dictionary of the
 source with adjacent tokens swapped pairwise (a local reordering), so the decoder must
 attend to the source. With ``data`` set to a prepared translation directory, batches come
-from :class:`naspipe.data.batches.TranslationBatches` (imported on first use). Token ids
-follow fairseq: ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3. Loss: label-smoothed
+from :class:`naspipe.data.batches.TranslationBatches` (imported on first use; ``split``
+picks the split, the directory's special ids must match these and ``vocab`` must cover its
+dictionaries). Token ids follow fairseq: ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3. Loss: label-smoothed
 cross-entropy over non-pad target tokens.
 """
 
@@ -37,6 +43,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space import register_preset
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
@@ -77,7 +84,7 @@ class Embeddings(SpaceLayer):
 
 
 class EncoderBlock(SpaceLayer):
-    """``enc + dropout(op(LN(enc)))``; ``dec`` passes through (as a copy), ``src`` as is."""
+    """``enc + dropout(op(LN(enc)))``; ``dec`` and ``src`` pass through unchanged."""
 
     def __init__(self, op: str, dim: int, dropout_p: float) -> None:
         super().__init__()
@@ -90,15 +97,13 @@ class EncoderBlock(SpaceLayer):
         keep = src != PAD
         h = self.norm(enc) * keep.unsqueeze(-1).to(enc.dtype)
         p = self.dropout if self.training else 0.0
-        # dec is returned as a fresh tensor (not the input object) so that every float output
-        # has its own autograd node, whatever the runtime does with leaves.
-        return (enc + dropout(self.op(h, keep), p, ctx, "op"), dec.clone(), src)
+        return (enc + dropout(self.op(h, keep), p, ctx, "op"), dec, src)
 
 
 class DecoderBlock(SpaceLayer):
     """Causal op sublayer then cross-attention sublayer, both pre-norm residual."""
 
-    def __init__(self, op: str, dim: int, cross_heads: int, dropout_p: float, last: bool) -> None:
+    def __init__(self, op: str, dim: int, cross_heads: int, dropout_p: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.op = make_seq_op(op, dim, causal=True)
@@ -106,7 +111,6 @@ class DecoderBlock(SpaceLayer):
         self.memory_norm = nn.LayerNorm(dim)
         self.cross = CrossAttention(dim, cross_heads)
         self.dropout = dropout_p
-        self.last = last
 
     def forward(self, state: State, ctx: LayerContext) -> State:
         enc, dec, src = state
@@ -114,13 +118,11 @@ class DecoderBlock(SpaceLayer):
         p = self.dropout if self.training else 0.0
         dec = dec + dropout(self.op(self.norm(dec), None), p, ctx, "op")
         dec = dec + dropout(self.cross(self.cross_norm(dec), self.memory_norm(enc), keep), p, ctx, "cross")
-        if self.last:
-            return (dec,)
-        return (enc.clone(), dec, src)
+        return (enc, dec, src)
 
 
 class OutputProjection(SpaceLayer):
-    """Shared suffix: ``(dec,)`` -> ``(logits,)``."""
+    """Shared suffix: ``(enc, dec, src)`` -> ``(logits,)`` (reads ``dec`` only)."""
 
     def __init__(self, dim: int, vocab: int) -> None:
         super().__init__()
@@ -128,7 +130,7 @@ class OutputProjection(SpaceLayer):
         self.proj = nn.Linear(dim, vocab)
 
     def forward(self, state: State, ctx: LayerContext) -> State:
-        (dec,) = state
+        _, dec, _ = state
         return (self.proj(self.norm(dec)),)
 
 
@@ -144,23 +146,24 @@ class NlpSpace(SearchSpace):
         "dropout": 0.1,
         "label_smoothing": 0.1,
         "data": None,
+        "split": "train",
     }
 
     def _structure(self) -> SpaceStructure:
         o = self.options
         for key in ("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size"):
             if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
-                raise ValueError(f"space {self.name!r}: option {key!r} must be a positive integer, got {o[key]!r}")
+                raise UsageError(f"space {self.name!r}: option {key!r} must be a positive integer, got {o[key]!r}")
         if o["blocks"] < 2:
-            raise ValueError(f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}")
+            raise UsageError(f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}")
         if o["seq_len"] < 3:
-            raise ValueError(f"space {self.name!r}: option 'seq_len' must be >= 3, got {o['seq_len']}")
+            raise UsageError(f"space {self.name!r}: option 'seq_len' must be >= 3, got {o['seq_len']}")
         if o["vocab"] <= FIRST_WORD + 1:
-            raise ValueError(f"space {self.name!r}: option 'vocab' must be > {FIRST_WORD + 1}, got {o['vocab']}")
+            raise UsageError(f"space {self.name!r}: option 'vocab' must be > {FIRST_WORD + 1}, got {o['vocab']}")
         if not 0.0 <= float(o["dropout"]) < 1.0:
-            raise ValueError(f"space {self.name!r}: option 'dropout' must be in [0, 1), got {o['dropout']!r}")
+            raise UsageError(f"space {self.name!r}: option 'dropout' must be in [0, 1), got {o['dropout']!r}")
         if not 0.0 <= float(o["label_smoothing"]) < 1.0:
-            raise ValueError(
+            raise UsageError(
                 f"space {self.name!r}: option 'label_smoothing' must be in [0, 1), got {o['label_smoothing']!r}"
             )
         ops = [SEQ_OPS[c % len(SEQ_OPS)] for c in range(o["candidates"])]
@@ -168,11 +171,11 @@ class NlpSpace(SearchSpace):
             family, args = parse_seq_op(op)
             need = args.get("heads") or args.get("share") or 1
             if o["dim"] % need:
-                raise ValueError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by {need} for {op}")
+                raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by {need} for {op}")
         if o["dim"] % o["cross_heads"]:
-            raise ValueError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'cross_heads'")
+            raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'cross_heads'")
         if o["dim"] % 2:
-            raise ValueError(f"space {self.name!r}: option 'dim' must be even, got {o['dim']}")
+            raise UsageError(f"space {self.name!r}: option 'dim' must be even, got {o['dim']}")
         n_enc = self.encoder_blocks
         blocks = tuple(
             tuple(("enc." if b < n_enc else "dec.") + op for op in ops) for b in range(o["blocks"])
@@ -194,8 +197,7 @@ class NlpSpace(SearchSpace):
         role, name = op.split(".", 1)
         if role == "enc":
             return EncoderBlock(name, o["dim"], p)
-        last = s.block_of(layer) == len(s.blocks) - 1
-        return DecoderBlock(name, o["dim"], o["cross_heads"], p, last)
+        return DecoderBlock(name, o["dim"], o["cross_heads"], p)
 
     def layer_cost(self, layer: int) -> float:
         """Forward multiply-accumulates per batch (no layer is built)."""
@@ -245,22 +247,17 @@ class NlpSpace(SearchSpace):
     def _dataset_batch(self, step: int, seed: int) -> Batch:
         source = self._dataset(seed)
         arrays = source.batch(step)
-        if isinstance(arrays, dict):
-            src, tgt_in, tgt_out = arrays["src"], arrays["tgt_in"], arrays["tgt_out"]
-        elif hasattr(arrays, "src"):
-            src, tgt_in, tgt_out = arrays.src, arrays.tgt_in, arrays.tgt_out
-        else:
-            src, tgt_in, tgt_out = arrays
+        src, tgt_in, tgt_out = arrays.src, arrays.tgt_in, arrays.tgt_out
         tensors = tuple(torch.as_tensor(a, dtype=torch.long).clone() for a in (src, tgt_in, tgt_out))
         o = self.options
         for tensor in tensors:
             if tuple(tensor.shape) != (o["batch_size"], o["seq_len"]):
-                raise ValueError(
+                raise UsageError(
                     f"space {self.name!r}: dataset {o['data']} gave a batch of shape {tuple(tensor.shape)}, "
                     f"expected ({o['batch_size']}, {o['seq_len']})"
                 )
             if int(tensor.max()) >= o["vocab"]:
-                raise ValueError(
+                raise UsageError(
                     f"space {self.name!r}: dataset {o['data']} has token id {int(tensor.max())} >= vocab {o['vocab']}; "
                     f"set space.vocab to at least the dictionary size"
                 )
@@ -269,13 +266,31 @@ class NlpSpace(SearchSpace):
     def _dataset(self, seed: int):  # noqa: ANN202 - the reader's class lives in naspipe.data
         cache = self.__dict__.setdefault("_datasets", {})
         if seed not in cache:
-            try:
-                from naspipe.data.batches import TranslationBatches
-            except ImportError as exc:  # pragma: no cover - depends on the data package
-                raise ValueError(f"space {self.name!r}: option 'data' needs naspipe.data.batches ({exc})") from exc
+            from naspipe.data.batches import TranslationBatches
+            from naspipe.data.meta import resolve_translation_dir
+
             o = self.options
+            meta = resolve_translation_dir(o["data"])
+            specials = {"pad": (meta.pad, PAD), "bos": (meta.bos, BOS), "eos": (meta.eos, EOS)}
+            for name, (theirs, ours) in specials.items():
+                if theirs != ours:
+                    raise UsageError(
+                        f"space {self.name!r}: dataset {o['data']} uses {name} id {theirs}, the space needs {ours} "
+                        f"(fairseq's convention)"
+                    )
+            needed = max(meta.src_vocab_size, meta.tgt_vocab_size)
+            if o["vocab"] < needed:
+                raise UsageError(
+                    f"space {self.name!r}: dataset {o['data']} has a {needed}-token dictionary; "
+                    f"set space.vocab to at least {needed} (it is {o['vocab']})"
+                )
+            if o["split"] not in meta.splits:
+                raise UsageError(
+                    f"space {self.name!r}: dataset {o['data']} has no split {o['split']!r}; "
+                    f"it has {', '.join(sorted(meta.splits))}"
+                )
             cache[seed] = TranslationBatches(
-                o["data"], batch_size=o["batch_size"], max_len=o["seq_len"], pad=PAD, bos=BOS, eos=EOS, seed=seed
+                o["data"], batch_size=o["batch_size"], max_len=o["seq_len"], seed=seed, split=o["split"]
             )
         return cache[seed]
 

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from naspipe.errors import UsageError
+
 _STANDARD = ("conv3", "conv1", "conv5")
 _SEPARABLE = ("sep3", "sep5", "sep7", "sep9", "sep11")
 # All 12 (kernel, r) pairs, ordered so consecutive entries differ in both kernel and r.
@@ -80,7 +82,7 @@ class LightweightConv(nn.Module):
     def __init__(self, dim: int, kernel: int, share: int, causal: bool) -> None:
         super().__init__()
         if dim % share:
-            raise ValueError(f"dim {dim} is not divisible by lightweight-conv weight sharing r={share}")
+            raise UsageError(f"dim {dim} is not divisible by lightweight-conv weight sharing r={share}")
         self.kernel, self.share, self.causal, self.dim = kernel, share, causal, dim
         self.heads = dim // share
         self.proj_in = nn.Linear(dim, 2 * dim)
@@ -120,7 +122,7 @@ class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int, causal: bool) -> None:
         super().__init__()
         if dim % heads:
-            raise ValueError(f"dim {dim} is not divisible by {heads} attention heads")
+            raise UsageError(f"dim {dim} is not divisible by {heads} attention heads")
         self.heads, self.causal = heads, causal
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
@@ -143,7 +145,7 @@ class CrossAttention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
         if dim % heads:
-            raise ValueError(f"dim {dim} is not divisible by {heads} cross-attention heads")
+            raise UsageError(f"dim {dim} is not divisible by {heads} cross-attention heads")
         self.heads = heads
         self.q = nn.Linear(dim, dim)
         self.kv = nn.Linear(dim, 2 * dim)
@@ -166,7 +168,7 @@ class GatedLinearUnit(nn.Module):
 def parse_seq_op(name: str) -> tuple[str, dict[str, int]]:
     """``"light7r4"`` -> ``("light", {"kernel": 7, "share": 4})``; ValueError if unknown."""
     if name not in SEQ_OPS:
-        raise ValueError(f"unknown sequence operation {name!r}; choose one of {', '.join(SEQ_OPS)}")
+        raise UsageError(f"unknown sequence operation {name!r}; choose one of {', '.join(SEQ_OPS)}")
     if name == "glu":
         return "glu", {}
     if name.startswith("attn"):

@@ -1,0 +1,272 @@
+"""AmoebaNet style image-classification space (NASPipe's CV space).
+
+Positions: a shared convolutional stem, ``blocks`` choice blocks, a shared classifier.
+Candidate ``c`` of a block runs operation ``IMAGE_OPS[c % 10]`` (see
+:mod:`naspipe.space.ops.vision`); candidates beyond the 10 distinct operations are
+independent copies with their own weights.
+
+- ``reductions`` blocks, spread evenly (block ``(i + 1) * blocks // (reductions + 1)``), halve
+  the resolution and double the channels; their op names carry a ``reduce.`` prefix and
+  their output is ``op(x)``.
+- Every other block keeps the shape: ``x + dropout(op(x))``, and the identity candidate
+  skips the block (``x``).
+- Stem: 3x3 convolutions (the first one stride 2 unless ``stem_stride`` is 1, then one more
+  stride-2 conv per remaining factor of 2), ReLU between, no batch norm, so the frozen shared
+  layer has no running statistics. Classifier: ReLU, mean over height and width (not
+  adaptive pooling), linear.
+
+Batch norm in candidate layers updates running statistics exactly once per subnet step (in
+the non-recompute forward; see :class:`naspipe.space.ops.common.BatchNorm`). State between
+positions: ``(images,)`` float ``(B, 3, H, W)`` into the stem, then ``(x,)``.
+
+Data: by default deterministic generated images, a pure function of (seed, step): each
+class is an orientation of a sinusoidal grating (random frequency and phase) plus a weak
+class colour tint and Gaussian noise. With ``data`` set to prepared image shards, batches
+come from :class:`naspipe.data.batches.ImageBatches` (imported on first use), normalised
+with the ImageNet channel mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from naspipe.errors import UsageError
+from naspipe.seeding import derive_seed
+from naspipe.space import register_preset
+from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
+from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
+from naspipe.space.ops.vision import IMAGE_OPS, image_op_macs, make_image_op
+from naspipe.space.structure import SpaceStructure
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class Stem(SpaceLayer):
+    def __init__(self, channels: int, stem_stride: int) -> None:
+        super().__init__()
+        convs = [nn.Conv2d(3, channels, 3, 2 if stem_stride > 1 else 1, 1)]
+        factor = stem_stride // 2
+        while factor > 1:
+            convs.append(nn.Conv2d(channels, channels, 3, 2, 1))
+            factor //= 2
+        self.convs = nn.ModuleList(convs)
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        (x,) = state
+        for i, conv in enumerate(self.convs):
+            x = conv(x if i == 0 else F.relu(x))
+        return (x,)
+
+
+class ChoiceBlock(SpaceLayer):
+    def __init__(self, op: str, c_in: int, c_out: int, stride: int, dropout_p: float, bn_momentum: float) -> None:
+        super().__init__()
+        self.reduce = stride != 1 or c_in != c_out
+        self.skip = op == "identity" and not self.reduce
+        self.op = make_image_op(op, c_in, c_out, stride, bn_momentum)
+        self.dropout = dropout_p
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        (x,) = state
+        if self.skip:
+            return (x,)
+        y = self.op(x, ctx)
+        if self.reduce:
+            return (y,)
+        return (x + dropout(y, self.dropout if self.training else 0.0, ctx),)
+
+
+class Classifier(SpaceLayer):
+    def __init__(self, channels: int, classes: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, state: State, ctx: LayerContext) -> State:
+        (x,) = state
+        return (self.fc(F.relu(x).mean(dim=(2, 3))),)
+
+
+class CvSpace(SearchSpace):
+    defaults: ClassVar[dict[str, Any]] = {
+        "blocks": 6,
+        "candidates": 6,
+        "channels": 8,
+        "image_size": 16,
+        "stem_stride": 1,
+        "reductions": 1,
+        "classes": 10,
+        "batch_size": 8,
+        "dropout": 0.0,
+        "bn_momentum": 0.1,
+        "noise": 0.5,
+        "data": None,
+        "split": "train",
+    }
+
+    def _structure(self) -> SpaceStructure:
+        o = self.options
+        for key in ("blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size"):
+            if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
+                raise UsageError(f"space {self.name!r}: option {key!r} must be a positive integer, got {o[key]!r}")
+        stride = o["stem_stride"]
+        if stride & (stride - 1):
+            raise UsageError(f"space {self.name!r}: option 'stem_stride' must be a power of 2, got {stride}")
+        if not isinstance(o["reductions"], int) or not 0 <= o["reductions"] < o["blocks"]:
+            raise UsageError(
+                f"space {self.name!r}: option 'reductions' must be an integer in [0, blocks), got {o['reductions']!r}"
+            )
+        if o["channels"] % 2:
+            raise UsageError(f"space {self.name!r}: option 'channels' must be even, got {o['channels']}")
+        if not 0.0 <= float(o["dropout"]) < 1.0:
+            raise UsageError(f"space {self.name!r}: option 'dropout' must be in [0, 1), got {o['dropout']!r}")
+        ops = [IMAGE_OPS[c % len(IMAGE_OPS)] for c in range(o["candidates"])]
+        reduce_at = self.reduction_blocks
+        blocks = tuple(tuple(("reduce." if b in reduce_at else "") + op for op in ops) for b in range(o["blocks"]))
+        return SpaceStructure(self.name, ("stem",), blocks, ("classifier",), self.shared_policy)
+
+    @property
+    def reduction_blocks(self) -> frozenset[int]:
+        o = self.options
+        return frozenset((i + 1) * o["blocks"] // (o["reductions"] + 1) for i in range(o["reductions"]))
+
+    def block_shape(self, block: int) -> tuple[int, int, int, int]:
+        """``(c_in, c_out, stride, input_size)`` of choice block ``block``."""
+        o = self.options
+        c, size = o["channels"], math.ceil(o["image_size"] / o["stem_stride"])
+        reduce_at = self.reduction_blocks
+        for b in range(block):
+            if b in reduce_at:
+                c, size = 2 * c, math.ceil(size / 2)
+        if block in reduce_at:
+            return c, 2 * c, 2, size
+        return c, c, 1, size
+
+    def make_layer(self, layer: int) -> SpaceLayer:
+        o, s = self.options, self.structure
+        op = s.op_name(layer)
+        if op == "stem":
+            return Stem(o["channels"], o["stem_stride"])
+        if op == "classifier":
+            c_last = o["channels"] * 2 ** o["reductions"]
+            return Classifier(c_last, o["classes"])
+        block = s.block_of(layer)
+        assert block is not None
+        c_in, c_out, stride, _ = self.block_shape(block)
+        return ChoiceBlock(op.removeprefix("reduce."), c_in, c_out, stride, float(o["dropout"]), float(o["bn_momentum"]))
+
+    def layer_cost(self, layer: int) -> float:
+        """Forward multiply-accumulates per batch (no layer is built)."""
+        o = self.options
+        op = self.structure.op_name(layer)
+        if op == "stem":
+            size, c = o["image_size"], o["channels"]
+            macs, first = 0.0, True
+            stride = o["stem_stride"]
+            while True:
+                step = 2 if stride > 1 else 1
+                size = math.ceil(size / step)
+                macs += 9.0 * (3 if first else c) * c * size * size
+                first, stride = False, stride // 2
+                if stride <= 1:
+                    break
+        elif op == "classifier":
+            c_last = o["channels"] * 2 ** o["reductions"]
+            macs = float(c_last * o["classes"])
+        else:
+            block = self.structure.block_of(layer)
+            assert block is not None
+            c_in, c_out, stride, size = self.block_shape(block)
+            macs = image_op_macs(op.removeprefix("reduce."), c_in, c_out, stride, size, size)
+        return 1.0 + o["batch_size"] * macs
+
+    # -- data ---------------------------------------------------------------------------------
+    def batch(self, step: int, seed: int) -> Batch:
+        if self.options["data"] is not None:
+            return self._dataset_batch(step, seed)
+        return self._synthetic_batch(step, seed)
+
+    def _synthetic_batch(self, step: int, seed: int) -> Batch:
+        o = self.options
+        bsz, size, classes = o["batch_size"], o["image_size"], o["classes"]
+        gen = torch.Generator().manual_seed(derive_seed(seed, "batch", step))
+        labels = torch.randint(0, classes, (bsz,), generator=gen)
+        jitter = (torch.rand(bsz, generator=gen) - 0.5) * (0.5 * math.pi / classes)
+        theta = math.pi * labels.double() / classes + jitter.double()
+        freq = 1.5 + 2.0 * torch.rand(bsz, generator=gen, dtype=torch.float64)
+        phase = 2 * math.pi * torch.rand(bsz, generator=gen, dtype=torch.float64)
+        coords = torch.linspace(0.0, 1.0, size, dtype=torch.float64)
+        yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+        along = xx * torch.cos(theta)[:, None, None] + yy * torch.sin(theta)[:, None, None]
+        grating = torch.sin(2 * math.pi * freq[:, None, None] * along + phase[:, None, None])
+        task = torch.Generator().manual_seed(derive_seed(seed, "task"))
+        tints = 0.3 * (torch.rand(classes, 3, generator=task, dtype=torch.float64) - 0.5)
+        gain = 0.75 + 0.5 * torch.rand(bsz, 3, generator=gen, dtype=torch.float64)
+        images = grating[:, None] * gain[:, :, None, None] + tints[labels][:, :, None, None]
+        noise = torch.randn(bsz, 3, size, size, generator=gen, dtype=torch.float64)
+        images = images + float(o["noise"]) * noise
+        return Batch((images.float(),), (labels,))
+
+    def _dataset_batch(self, step: int, seed: int) -> Batch:
+        o = self.options
+        source = self._dataset(seed)
+        out = source.batch(step)
+        images, labels = out.images, out.labels
+        images = torch.as_tensor(images)
+        labels = torch.as_tensor(labels, dtype=torch.long).clone()
+        expected = (o["batch_size"], 3, o["image_size"], o["image_size"])
+        if tuple(images.shape) != expected:
+            raise UsageError(
+                f"space {self.name!r}: image shards {o['data']} gave a batch of shape {tuple(images.shape)}, "
+                f"expected {expected}; set space.image_size to the prepared crop size"
+            )
+        if int(labels.max()) >= o["classes"]:
+            raise UsageError(
+                f"space {self.name!r}: image shards {o['data']} have label {int(labels.max())} >= classes {o['classes']}"
+            )
+        mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        x = (images.to(torch.float32) / 255.0 - mean) / std
+        return Batch((x,), (labels,))
+
+    def _dataset(self, seed: int):  # noqa: ANN202 - the reader's class lives in naspipe.data
+        cache = self.__dict__.setdefault("_datasets", {})
+        if seed not in cache:
+            from naspipe.data.batches import ImageBatches
+
+            o = self.options
+            cache[seed] = ImageBatches(o["data"], o["split"], batch_size=o["batch_size"], seed=seed)
+        return cache[seed]
+
+    # -- objective ----------------------------------------------------------------------------
+    def loss(self, output: State, batch: Batch) -> torch.Tensor:
+        (logits,) = output
+        (labels,) = batch.targets
+        return label_smoothed_cross_entropy(logits, labels.to(logits.device))
+
+    def accuracy(self, output: State, batch: Batch) -> torch.Tensor:
+        """Top-1 accuracy."""
+        (logits,) = output
+        (labels,) = batch.targets
+        return (logits.argmax(-1) == labels.to(logits.device)).float().mean()
+
+
+_FULL = {
+    "blocks": 32,
+    "channels": 64,
+    "image_size": 224,
+    "stem_stride": 8,
+    "reductions": 2,
+    "classes": 1000,
+    "batch_size": 32,
+}
+register_preset("cv.tiny", CvSpace, {})
+for _name, _candidates in (("cv.c1", 48), ("cv.c2", 24), ("cv.c3", 12)):
+    register_preset(_name, CvSpace, {**_FULL, "candidates": _candidates})
+
+__all__ = ["IMAGE_OPS", "CvSpace"]
