@@ -58,3 +58,20 @@ def test_csp_equals_sequential_for_d_8_and_16(tmp_path, stages):
     deep = ["--set", "space.blocks=16"]
     reference = train(tmp_path / "seq", "sequential", 1, 7, *deep, steps=24)
     assert_identical(reference, train(tmp_path / "csp", "csp", stages, 7, *deep, steps=24))
+
+
+def test_torchrun_launch_is_bitwise_the_local_one(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:  # a free port for torchrun's rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    reference = train(tmp_path / "seq", "sequential", 1, 2)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port,
+                "-m", "naspipe", "train", "--system", "csp", "--stages", "2", "--steps", "10", "--seed", "2",
+                "--out", str(tmp_path / "torchrun"), *SMALL]
+    result = subprocess.run(torchrun, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert_identical(reference, tmp_path / "torchrun")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from naspipe.errors import UsageError
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State, seeded_dropout
 from naspipe.space.structure import SHARED_POLICIES, SpaceStructure
 from naspipe.space.toy import ToySpace
@@ -33,9 +34,9 @@ def space_names() -> tuple[str, ...]:
 def make_space(name: str, options: Mapping[str, Any] | None = None, shared_policy: str = "frozen") -> SearchSpace:
     _load_extra_spaces()
     if name not in PRESETS:
-        raise ValueError(f"unknown space {name!r}; choose one of {', '.join(sorted(PRESETS))}")
+        raise UsageError(f"unknown space {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     if shared_policy not in SHARED_POLICIES:
-        raise ValueError(f"unknown shared_policy {shared_policy!r}; choose one of {', '.join(SHARED_POLICIES)}")
+        raise UsageError(f"unknown shared_policy {shared_policy!r}; choose one of {', '.join(SHARED_POLICIES)}")
     cls, preset = PRESETS[name]
     return cls(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.structure import SharedPolicy, SpaceStructure
 
@@ -80,7 +81,7 @@ class SearchSpace(ABC):
     def __init__(self, name: str, options: Mapping[str, Any], shared_policy: SharedPolicy = "frozen") -> None:
         unknown = sorted(set(options) - set(self.defaults))
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"space {name!r} has no option {unknown[0]!r}; its options are {', '.join(sorted(self.defaults))}"
             )
         self.name = name
