@@ -26,12 +26,18 @@ def atomic_write(path: Path, write: Callable[[IO[Any]], None], binary: bool = Fa
         raise
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text))
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    atomic_write(Path(path), lambda f: f.write(data), binary=True)
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """UTF-8 text with the line endings given (no platform translation)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path | str, data: Any) -> None:
+    """Sorted, indented JSON, so equal data gives equal bytes."""
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def publish_dir(staging: Path, final: Path) -> None:

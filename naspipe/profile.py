@@ -29,7 +29,6 @@ import csv
 import io
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -39,6 +38,7 @@ from typing import Any
 import torch
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import atomic_write_text
 from naspipe.space.base import LayerContext, SearchSpace, State
 
 ROLES = ("prefix", "block", "suffix")
@@ -323,18 +323,7 @@ def write_profile_csv(rows: Sequence[ProfileRow], path: str | os.PathLike[str]) 
         for key in ("fwd_ms", "bwd_ms", "copy_ms"):
             record[key] = repr(float(record[key]))  # round-trips exactly
         writer.writerow(record)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(buffer.getvalue())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(Path(path), buffer.getvalue())
 
 
 _CONVERT: dict[str, Callable[[str], Any]] = {
@@ -516,8 +505,6 @@ def run_profile(args: argparse.Namespace) -> int:
     write_profile_csv(rows, args.out)
     table = render_table5(rows)
     if args.table:
-        from naspipe.data.atomic import atomic_write_text
-
         atomic_write_text(args.table, table)
     if not quiet:
         print(table, end="")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 _MASK63 = (1 << 63) - 1
 
 
@@ -20,3 +22,12 @@ def derive_seed(*parts: int | str) -> int:
     text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
     digest = hashlib.blake2b(text.encode(), digest_size=8, person=b"naspipe-seed").digest()
     return int.from_bytes(digest, "little") & _MASK63
+
+
+def rng_for(*parts: int | str) -> np.random.Generator:
+    """A numpy PCG64 generator seeded by ``derive_seed(*parts)``.
+
+    PCG64 is numpy's documented stable bit generator: the same seed gives the same stream on
+    every platform and numpy release.
+    """
+    return np.random.Generator(np.random.PCG64(derive_seed(*parts)))

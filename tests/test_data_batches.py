@@ -25,12 +25,15 @@ SAMPLE = SHARED / "fairseq-bin-multi30k-sample"
 
 
 def test_seed_mix_is_pinned() -> None:
-    """Golden values: changing the mixing scheme would silently change every experiment's data order."""
-    assert seed_mix(0, 0) == 7120306904099482837
-    assert seed_mix(1234, 7) == 12221578031629031505
+    """Golden values: changing the mixing scheme would silently change every experiment's data order.
+
+    (Re-pinned once, when data seeding was merged into ``naspipe.seeding.derive_seed``.)
+    """
+    assert seed_mix(0, 0) == 7533899461336844123
+    assert seed_mix(1234, 7) == 3835939042103406404
     assert seed_mix(1, 23) != seed_mix(12, 3)
     order = SampleOrder(10, 10, seed=1234)
-    assert order.indices(7).tolist() == [1, 4, 2, 8, 9, 0, 3, 6, 7, 5]
+    assert order.indices(7).tolist() == [7, 4, 5, 3, 6, 9, 2, 8, 0, 1]
 
 
 def test_order_is_pure_function_of_seed_and_index() -> None:

@@ -122,25 +122,29 @@ def test_images_go_through_imagenet_path(images: Path, tmp_path: Path) -> None:
 
 
 def test_classes_are_separable(tmp_path: Path) -> None:
-    """A nearest-class-mean on simple gradient features beats chance by a wide margin."""
+    """1-nearest-neighbour on orientation histograms and colour beats chance by a wide margin.
+
+    (Scores 0.39-0.51 over seeds 0-7; a plain gradient-magnitude nearest-mean classifier hovered
+    around 0.3 and was too weak a probe for this threshold.)
+    """
     make_synthetic_images(tmp_path / "imgs", seed=0, per_class=30, size=32, val_per_class=10)
     prepare_images(tmp_path / "imgs", tmp_path / "shards", resize=32, crop=32)
 
     def features(split: str) -> tuple[np.ndarray, np.ndarray]:
-        x = np.load(tmp_path / "shards" / f"{split}.images.npy").astype(np.float64).mean(axis=1)
-        gx, gy = np.abs(np.diff(x, axis=2)).mean(axis=(1, 2)), np.abs(np.diff(x, axis=1)).mean(axis=(1, 2))
-        edges = np.abs(np.diff(x, axis=2))[:, :-1, :] + np.abs(np.diff(x, axis=1))[:, :, :-1]
-        hist = np.stack([np.histogram(e, bins=8, range=(0, 255))[0] for e in edges])
-        return np.column_stack([gx, gy, hist / hist.sum(1, keepdims=True) * 100]), np.load(
-            tmp_path / "shards" / f"{split}.labels.npy"
-        )
+        x = np.load(tmp_path / "shards" / f"{split}.images.npy").astype(np.float64)
+        gray = x.mean(axis=1)
+        gx, gy = np.diff(gray, axis=2)[:, :-1, :], np.diff(gray, axis=1)[:, :, :-1]
+        magnitude, angle = np.hypot(gx, gy), np.arctan2(gy, gx) % np.pi
+        hog = np.stack([np.histogram(a, bins=8, range=(0, np.pi), weights=m)[0] for a, m in zip(angle, magnitude)])
+        hog = hog / (hog.sum(1, keepdims=True) + 1e-9)
+        stats = [x.mean(axis=(2, 3)) / 255, magnitude.mean((1, 2)) / 255, gray.std((1, 2)) / 255]
+        return np.column_stack([hog, *stats]), np.load(tmp_path / "shards" / f"{split}.labels.npy")
 
     train_x, train_y = features("train")
     val_x, val_y = features("val")
-    means = np.stack([train_x[train_y == c].mean(0) for c in range(10)])
     scale = train_x.std(0) + 1e-9
-    predicted = np.argmin((((val_x[:, None] - means[None]) / scale) ** 2).sum(-1), axis=1)
-    assert (predicted == val_y).mean() > 0.3  # chance is 0.1
+    nearest = ((((val_x[:, None] - train_x[None]) / scale) ** 2).sum(-1)).argmin(1)
+    assert (train_y[nearest] == val_y).mean() > 0.3  # chance is 0.1
 
 
 def test_images_reject_bad_sizes(tmp_path: Path) -> None:

@@ -8,44 +8,18 @@ outputs are built in a temporary sibling directory and renamed into place.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+from naspipe.fsutil import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 from .errors import DataError
 
 MARKER = "meta.json"
-
-
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old or the new file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(Path(tmp))
-        raise
-
-
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write UTF-8 ``text`` atomically (``\\n`` line endings on every platform)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path | str, obj: Any) -> None:
-    """Write ``obj`` as sorted, indented JSON atomically, so equal data gives equal bytes."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def check_replaceable(out_dir: Path | str) -> None:
@@ -91,8 +65,4 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _remove_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+__all__ = ["atomic_output_dir", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "check_replaceable"]

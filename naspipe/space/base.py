@@ -89,6 +89,13 @@ class SearchSpace(ABC):
         self.shared_policy = shared_policy
         self.structure = self._structure()
 
+    def require_positive_ints(self, *keys: str) -> None:
+        """Options that must be integers >= 1 (one-line error naming the option otherwise)."""
+        for key in keys:
+            value = self.options[key]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UsageError(f"space {self.name!r}: option {key!r} must be a positive integer, got {value!r}")
+
     @abstractmethod
     def _structure(self) -> SpaceStructure:
         """The pure structure (op names per prefix/candidate/suffix layer)."""

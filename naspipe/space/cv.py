@@ -111,9 +111,7 @@ class CvSpace(SearchSpace):
 
     def _structure(self) -> SpaceStructure:
         o = self.options
-        for key in ("blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size"):
-            if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
-                raise UsageError(f"space {self.name!r}: option {key!r} must be a positive integer, got {o[key]!r}")
+        self.require_positive_ints(*("blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size"))
         stride = o["stem_stride"]
         if stride & (stride - 1):
             raise UsageError(f"space {self.name!r}: option 'stem_stride' must be a power of 2, got {stride}")

@@ -151,9 +151,7 @@ class NlpSpace(SearchSpace):
 
     def _structure(self) -> SpaceStructure:
         o = self.options
-        for key in ("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size"):
-            if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < 1:
-                raise UsageError(f"space {self.name!r}: option {key!r} must be a positive integer, got {o[key]!r}")
+        self.require_positive_ints(*("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size"))
         if o["blocks"] < 2:
             raise UsageError(f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}")
         if o["seq_len"] < 3:

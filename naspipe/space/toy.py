@@ -108,8 +108,7 @@ class ToySpace(SearchSpace):
 
     def _structure(self) -> SpaceStructure:
         o = self.options
-        if o["blocks"] < 1 or o["candidates"] < 1:
-            raise ValueError(f"space {self.name!r}: blocks and candidates must be >= 1")
+        self.require_positive_ints("blocks", "candidates", "dim", "heads", "vocab", "seq_len", "batch_size")
         block = tuple(TOY_OPS[c % len(TOY_OPS)] for c in range(o["candidates"]))
         return SpaceStructure(self.name, ("embedding",), (block,) * o["blocks"], ("head",), self.shared_policy)
 
