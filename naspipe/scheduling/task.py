@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Kind(str, Enum):
@@ -27,8 +27,9 @@ class Kind(str, Enum):
 _TASK_RE = re.compile(r"^(\d+)([FBU])(\d+)$")
 
 
-@dataclass(frozen=True, slots=True)
-class Task:
+class Task(NamedTuple):
+    """Immutable and hashable; a NamedTuple because policies create one per decision."""
+
     kind: Kind
     subnet: int
     stage: int
@@ -37,7 +38,7 @@ class Task:
         return f"{self.stage}{self.kind.value}{self.subnet}"
 
     @classmethod
-    def parse(cls, text: str) -> Task:
+    def parse(cls, text: str) -> Task:  # type: ignore[override]
         match = _TASK_RE.match(text.strip())
         if match is None:
             raise ValueError(f"not a task: {text!r} (expected <stage><F|B|U><subnet>, e.g. 2F5)")

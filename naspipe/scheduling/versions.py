@@ -62,6 +62,12 @@ class VersionTable:
         self._version[layer] = version + 1
         return queue[0] if queue else None
 
+    def write_all(self, subnet: int, layers: Iterable[int]) -> list[int]:
+        """:meth:`write` every layer, then :meth:`forget` the subnet; returns the users unblocked."""
+        unblocked = [user for user in (self.write(subnet, layer) for layer in layers) if user is not None]
+        self.forget(subnet)
+        return unblocked
+
     def forget(self, subnet: int) -> None:
         """Drop a subnet that has written all its layers."""
         del self._required[subnet]

@@ -32,14 +32,15 @@ class CSP(StagePolicy):
         self._ready_f: list[int] = []
         self._ready_b: list[int] = []
         self._ready_u: list[int] = []
+        self._queues = ((self._ready_u, Kind.UPDATE), (self._ready_b, Kind.BACKWARD), (self._ready_f, Kind.FORWARD))
 
     def may_admit(self, subnet: int) -> bool:
         return self.inflight < self.options.max_inflight
 
     def next_task(self) -> Task | None:
-        for heap, kind in ((self._ready_u, Kind.UPDATE), (self._ready_b, Kind.BACKWARD), (self._ready_f, Kind.FORWARD)):
+        for heap, kind in self._queues:  # updates, then backwards, then the lowest ready forward
             if heap:
-                return self.task(kind, heapq.heappop(heap))
+                return Task(kind, heapq.heappop(heap), self.stage)
         return None
 
     def _on_register(self, subnet: int) -> None:
@@ -61,12 +62,10 @@ class CSP(StagePolicy):
             self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
-        for layer in self.plan.trainable_layers(subnet, self.stage):
-            unblocked = self.versions.write(subnet, layer)
-            if unblocked is not None:
-                self._blocked[unblocked] -= 1
-                if not self._blocked[unblocked] and unblocked in self._waiting:
-                    self._waiting.remove(unblocked)
-                    heapq.heappush(self._ready_f, unblocked)
-        self.versions.forget(subnet)
-        del self._blocked[subnet]
+        blocked = self._blocked
+        for unblocked in self.versions.write_all(subnet, self.plan.trainable_layers(subnet, self.stage)):
+            blocked[unblocked] -= 1
+            if not blocked[unblocked] and unblocked in self._waiting:
+                self._waiting.remove(unblocked)
+                heapq.heappush(self._ready_f, unblocked)
+        del blocked[subnet]
