@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
     _compare_parser(sub)
-    for module, adder in (("naspipe.data.cli", "add_prepare_parser"), ("naspipe.profile", "add_profile_parser")):
+    for module, adder in (("naspipe.data.cli", "add_prepare_parser"), ("naspipe.profile", "add_profile_parser"),
+                          ("naspipe.report.access_order", "add_access_order_parser")):
         try:
             getattr(__import__(module, fromlist=[adder]), adder)(sub)
         except ModuleNotFoundError:
@@ -98,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from naspipe.profile import run_profile
 
             return run_profile(args)
+        if args.command == "access-order":
+            from naspipe.report.access_order import run_access_order
+
+            return run_access_order(args)
     except UsageError as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,20 @@ the sequential reference.
 With recomputation on, the forward keeps only the stage input and runs under ``no_grad``;
 the backward re-runs the forward with gradients (``ctx.recompute=True``). Without it, the
 forward keeps its units for the backward.
+
+Two stashes serve the baseline systems (both off for sequential and CSP, whose path is
+unchanged):
+
+- *Gradient stash* (``stash_gradients``; GPipe, VPipe, PipeDream): after a subnet's
+  backward, each layer's gradients are moved out of ``.grad`` into a per-(subnet, layer)
+  store, and its update puts them back and steps. So two subnets of a bulk that share a
+  layer get two optimizer steps, each with its own gradient, never a sum in ``.grad``.
+  VPipe parks the stored gradients in host memory in between (:meth:`StageExecutor.move_stash`).
+- *Weight stash* (``stash_weights``; PipeDream, needs recomputation off): the forward runs
+  each layer through :func:`torch.func.functional_call` on detached clones of its trainable
+  parameters taken at forward time, so the backward differentiates the version the forward
+  read even if the live parameters were updated meanwhile; the gradients (w.r.t. the
+  clones) go to the gradient stash and are applied to the live parameters at the update.
 """
 
 from __future__ import annotations
@@ -19,17 +33,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.func import functional_call
 
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 from naspipe.runtime.optim import LayerOptimizers
 
 Grads = tuple[torch.Tensor | None, ...]
+ParamGrads = list[torch.Tensor | None]
 
 
 @dataclass
 class _Unit:
     inputs: State
     outputs: State
+    layer: int | None = None
+    weights: dict[str, torch.Tensor] | None = None  # the stashed version (weight stashing)
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
@@ -46,12 +64,19 @@ class StageExecutor:
         recompute: bool,
         is_last: bool,
         batch_of: Callable[[int], Batch],
+        *,
+        stash_gradients: bool = False,
+        stash_weights: bool = False,
     ) -> None:
+        if stash_weights and (recompute or not stash_gradients):
+            raise ValueError("weight stashing needs recomputation off and the gradient stash on")
         self.space, self.layers, self.optimizers = space, layers, optimizers
         self.seed, self.recompute, self.is_last = seed, recompute, is_last
         self.batch_of = batch_of
+        self.stash_gradients, self.stash_weights = stash_gradients, stash_weights
         self._inputs: dict[int, State] = {}
         self._units: dict[int, list[_Unit]] = {}
+        self._grads: dict[int, dict[int, ParamGrads]] = {}  # subnet -> layer -> its gradients
         self.last_recompute_s = 0.0  # time the last backward spent re-running the forward
 
     def forward(self, subnet: int, layer_ids: tuple[int, ...], inputs: State) -> State | torch.Tensor:
@@ -81,16 +106,51 @@ class StageExecutor:
         assert grads is not None, "a stage other than the last needs the gradient of its output"
         for unit in reversed(units):
             grads = _backprop(unit, grads)
+        if self.stash_gradients:
+            self._stash(subnet, units)
         return grads
 
-    def update(self, layer_ids: tuple[int, ...]) -> None:
+    def update(self, layer_ids: tuple[int, ...], subnet: int | None = None) -> None:
+        """Step the layers' optimizers; with the gradient stash, with ``subnet``'s gradients."""
+        if self.stash_gradients and subnet is None:
+            raise ValueError("with the gradient stash, update needs the subnet whose gradients to apply")
+        stashed = self._grads.pop(subnet, {}) if self.stash_gradients else {}
         for layer in layer_ids:
+            if layer in stashed:
+                for param, grad in zip(_trainable(self.layers[layer]), stashed.pop(layer), strict=True):
+                    param.grad = grad
             self.optimizers.step(layer)
+        if stashed:
+            raise RuntimeError(f"subnet {subnet}: gradients of layers {sorted(stashed)} were stashed but not applied")
+
+    def move_stash(self, subnet: int, move: Callable[[ParamGrads], ParamGrads]) -> None:
+        """Replace each of ``subnet``'s stashed layer gradients by ``move(grads)`` (to host and back)."""
+        stash = self._grads.get(subnet, {})
+        for layer, grads in stash.items():
+            stash[layer] = move(grads)
 
     def drop(self, subnet: int) -> None:
         """Forget what a subnet stashed (used when a run stops early)."""
         self._inputs.pop(subnet, None)
         self._units.pop(subnet, None)
+        self._grads.pop(subnet, None)
+
+    def _stash(self, subnet: int, units: list[_Unit]) -> None:
+        """Move each layer's gradients out of ``.grad`` (or off the stashed weights) into the store."""
+        stash: dict[int, ParamGrads] = {}
+        for unit in units:
+            if unit.layer is None:
+                continue
+            if unit.weights is not None:
+                grads: ParamGrads = [w.grad for w in unit.weights.values()]
+            else:
+                params = _trainable(self.layers[unit.layer])
+                grads = [p.grad for p in params]
+                for p in params:
+                    p.grad = None
+            if grads:
+                stash[unit.layer] = grads
+        self._grads[subnet] = stash
 
     def _forward_units(self, subnet: int, layer_ids: tuple[int, ...], inputs: State, recompute: bool) -> list[_Unit]:
         """Each layer as its own autograd unit; on the last stage the loss is one more unit."""
@@ -99,8 +159,14 @@ class StageExecutor:
         with torch.enable_grad():
             for layer in layer_ids:
                 leaves = tuple(_leaf(t) for t in state)
-                state = self.layers[layer](leaves, self._ctx(subnet, layer, recompute))
-                units.append(_Unit(leaves, state))
+                module, ctx = self.layers[layer], self._ctx(subnet, layer, recompute)
+                if self.stash_weights:
+                    weights = {n: p.detach().clone().requires_grad_() for n, p in _named_trainable(module)}
+                    state = functional_call(module, weights, (leaves, ctx))
+                    units.append(_Unit(leaves, state, layer, weights))
+                else:
+                    state = module(leaves, ctx)
+                    units.append(_Unit(leaves, state, layer))
             if self.is_last:
                 leaves = tuple(_leaf(t) for t in state)
                 units.append(_Unit(leaves, (self._loss(subnet, leaves),)))
@@ -114,6 +180,15 @@ class StageExecutor:
 
     def _ctx(self, subnet: int, layer: int, recompute: bool) -> LayerContext:
         return LayerContext(self.seed, subnet, layer, recompute)
+
+
+def _named_trainable(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """The parameters the layer's optimizer steps, in its order."""
+    return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+
+
+def _trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for _, p in _named_trainable(module)]
 
 
 def _backprop(unit: _Unit, grads: Grads) -> Grads:

@@ -3,6 +3,13 @@
 The worker is thin on purpose: *what* runs next is the policy's decision (pure scheduling
 core), *how* it runs is the executor's. The worker moves tensors between them and the
 transport, records the trace, and takes checkpoints at drain points.
+
+A policy may ask more of the runtime through class attributes (:class:`RuntimeNeeds`):
+per-subnet gradient stash (BSP: GPipe, VPipe), weight stash and forced-off recomputation
+(ASP: PipeDream), parameter swapping (VPipe: a :class:`~naspipe.runtime.swap.HostSwapper`
+fetches a task's layers before it and evicts them after), checkpoints only at bulk
+boundaries (BSP). A policy with ``stream_ends_at`` is told where the stream (or the run up
+to the next checkpoint drain) ends. Sequential and CSP ask for none of it.
 """
 
 from __future__ import annotations
@@ -10,21 +17,39 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from naspipe.errors import UsageError
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.recorder import Recorder, StageReport
+from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.wire import Message
-from naspipe.scheduling import Kind, Task, make_policy
+from naspipe.scheduling import Kind, StagePolicy, Task, make_policy
 
 FAIL_ENV = "NASPIPE_FAIL_AT"  # "STAGE:SUBNET": raise in that stage's forward of that subnet (tests)
+
+
+@dataclass(frozen=True)
+class RuntimeNeeds:
+    """What a policy asks of the runtime; read from its class attributes, these defaults if absent."""
+
+    stash_gradients: bool = False  # keep each subnet's gradients apart until its update
+    stash_weights: bool = False  # backward on the version the forward read (PipeDream)
+    recompute: bool | None = None  # None: as configured; True/False: forced
+    swap_parameters: bool = False  # layers live in host memory, fetched per task (VPipe)
+    bulk_synchronous: bool = False  # checkpoints and resumes only at bulk boundaries
+
+    @classmethod
+    def of(cls, policy: StagePolicy) -> RuntimeNeeds:
+        return cls(**{f.name: getattr(policy, f.name, f.default) for f in fields(cls)})
 
 
 class StageWorker:
@@ -45,13 +70,21 @@ class StageWorker:
         self.steps = config.steps
         self.is_last = stage == job.plan.num_stages - 1
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
+        self.needs = RuntimeNeeds.of(self.policy)
+        self.recompute = config.recompute if self.needs.recompute is None else self.needs.recompute
+        self._check_bulk_boundary("checkpoint_every", config.checkpoint_every)
         self.layers = {l: job.space.build_layer(l, config.seed).to(device) for l in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
-        self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, config.recompute,
-                                      self.is_last, lambda y: job.space.batch(y, config.seed))
         self.losses: dict[int, float] = {}
         start, access = self._restore(resume) if resume else (0, {})
+        self._check_bulk_boundary("the resumed step", start)
+        self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
+        self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
+                                      self.is_last, lambda y: job.space.batch(y, config.seed),
+                                      stash_gradients=self.needs.stash_gradients,
+                                      stash_weights=self.needs.stash_weights)
         self.policy.resume_at(start)
+        self._announce_end(start)
         self.recorder = Recorder(stage, access)
         self._inbox: dict[tuple[str, int], tuple[torch.Tensor | None, ...]] = {}
         self._fail_at = _parse_fail(os.environ.get(FAIL_ENV, ""), stage)
@@ -67,7 +100,25 @@ class StageWorker:
             else:
                 self._execute(task)
         self._say_goodbye()
-        return self.recorder.report(self.losses, self._layer_hashes(), {})
+        return self.recorder.report(self.losses, self._layer_hashes(), self._extra())
+
+    def _extra(self) -> dict[str, float]:
+        """Per-stage metrics beyond the recorder's (metrics.json ``stage_extra``)."""
+        swap = self.swapper.stats() if self.swapper is not None else {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
+        return {"recompute": float(self.recompute), **swap}
+
+    def _check_bulk_boundary(self, what: str, step: int) -> None:
+        bulk = self.job.config.bulk
+        if self.needs.bulk_synchronous and step % bulk:
+            raise UsageError(f"system {self.job.config.system!r}: {what} ({step}) must be a multiple of the bulk "
+                             f"size {bulk}: BSP drains (checkpoints, resumes) only at bulk boundaries")
+
+    def _announce_end(self, done: int) -> None:
+        """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
+        ends_at = getattr(self.policy, "stream_ends_at", None)
+        if ends_at is not None:
+            every = self.job.config.checkpoint_every
+            ends_at(min(self.steps, (done // every + 1) * every) if every else self.steps)
 
     def _admit(self) -> None:
         policy, every = self.policy, self.job.config.checkpoint_every
@@ -107,15 +158,19 @@ class StageWorker:
     # -- tasks ----------------------------------------------------------------
     def _execute(self, task: Task) -> None:
         y, layers = task.subnet, self.job.plan.stage_layers(task.subnet, self.stage)
+        if task.kind is Kind.UPDATE:
+            layers = self.job.plan.trainable_layers(y, self.stage)
+        self._swap(task, layers, fetch=True)
         start = self.recorder.now()
         if task.kind is Kind.FORWARD:
             self._forward(y, layers)
         elif task.kind is Kind.BACKWARD:
             self._backward(y, layers, start)
         else:
-            self.executor.update(self.job.plan.trainable_layers(y, self.stage))
+            self.executor.update(layers, subnet=y)
             self._sync()
             self.recorder.span("optimizer", f"U{y}", start, self.recorder.now(), y)
+        self._swap(task, layers, fetch=False)
         self.recorder.tasks += 1
         self.policy.completed(task)
         if task.kind is Kind.FORWARD and self.is_last:
@@ -137,23 +192,52 @@ class StageWorker:
             self.losses[y] = float(output.item())  # type: ignore[union-attr]
             if self.progress is not None:
                 self.progress(y, self.losses[y])
-        else:
-            self.transport.send(self.stage + 1, Message("F", y, output))  # type: ignore[arg-type]
         self._sync()
         self.recorder.span("forward", f"F{y}", start, self.recorder.now(), y)
+        if not self.is_last:
+            self._send(self.stage + 1, Message("F", y, output))  # type: ignore[arg-type]
 
     def _backward(self, y: int, layers: tuple[int, ...], start: float) -> None:
         grads = None if self.is_last else self._inbox.pop(("B", y))
         grads_in = self.executor.backward(y, layers, grads)
         self.recorder.touch(layers, y, "B")
-        if self.stage > 0:
-            self.transport.send(self.stage - 1, Message("B", y, grads_in))
         self._sync()
         end = self.recorder.now()
         recompute = min(self.executor.last_recompute_s, end - start)
         if recompute > 0:
             self.recorder.span("recompute", f"R{y}", start, start + recompute, y)
         self.recorder.span("backward", f"B{y}", start + recompute, end, y)
+        if self.stage > 0:
+            self._send(self.stage - 1, Message("B", y, grads_in))
+
+    def _send(self, dst: int, message: Message) -> None:
+        """A send blocks until the neighbour takes the bytes: the stage waits, it does not compute,
+        so the time is recorded as ``waiting`` (not busy) and kept out of the bubble's busy time."""
+        start = self.recorder.now()
+        self.transport.send(dst, message)
+        self._sync()
+        self.recorder.span("waiting", f"send {message.kind}{message.subnet}", start, self.recorder.now(), message.subnet)
+
+    def _swap(self, task: Task, layers: tuple[int, ...], fetch: bool) -> None:
+        """VPipe: fetch the task's layers before it; after it, write back what it changed and evict.
+
+        The subnet's stashed gradients go to the host after its backward and come back for its
+        update. All of it is recorded as waiting, none inside the compute spans.
+        """
+        if self.swapper is None or not layers:
+            return
+        start = self.recorder.now()
+        update = task.kind is Kind.UPDATE
+        if fetch:
+            self.swapper.fetch(layers, optimizer=update)
+            if update:
+                self.executor.move_stash(task.subnet, self.swapper.stash_in)
+        else:
+            self.swapper.evict(layers, params=update, buffers=task.kind is Kind.FORWARD, optimizer=update)
+            if task.kind is Kind.BACKWARD:
+                self.executor.move_stash(task.subnet, self.swapper.stash_out)
+        self.recorder.span("waiting", f"swap-{'in' if fetch else 'out'} {task.kind.value}{task.subnet}",
+                           start, self.recorder.now(), task.subnet)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -171,11 +255,12 @@ class StageWorker:
         if self.stage == 0:
             ckpt.write_manifest(directory, done, self.job.plan.num_stages, self.job.config.to_dict(),
                                 self.job.config.keep_checkpoints)
+        self._announce_end(done)
 
     def _shard(self, step: int) -> dict[str, Any]:
         return {
             "step": step,
-            "layers": {str(l): {k: v.detach().cpu() for k, v in m.state_dict().items()} for l, m in self.layers.items()},
+            "layers": {str(l): {k: v.detach().cpu() for k, v in self._state(l).items()} for l in self.layers},
             "optimizers": {str(l): s for l, s in self.optimizers.state_dicts().items()},
             "access": {str(l): list(v) for l, v in self.recorder.access.items()},
             "losses": {str(y): v for y, v in self.losses.items()},
@@ -203,7 +288,11 @@ class StageWorker:
         self.transport.close()
 
     def _layer_hashes(self) -> dict[int, str]:
-        return {layer: tensor_digest(module.state_dict()) for layer, module in sorted(self.layers.items())}
+        return {layer: tensor_digest(self._state(layer)) for layer in sorted(self.layers)}
+
+    def _state(self, layer: int) -> dict[str, torch.Tensor]:
+        """A layer's current tensors: the module's, or with swapping the host copies."""
+        return self.swapper.host_state(layer) if self.swapper is not None else self.layers[layer].state_dict()
 
 
 def tensor_digest(state: dict[str, torch.Tensor]) -> str:

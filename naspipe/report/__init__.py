@@ -1,0 +1,1 @@
+"""Tables regenerated from run directories (paper-style rows)."""

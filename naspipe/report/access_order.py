@@ -1,0 +1,110 @@
+"""Table 4: the access order of one layer, as the paper prints it (``2F-2B-5F-5B-7F-7B``).
+
+Each run's ``access_order.csv`` lists, per layer, the forwards (``yF``) and backwards
+(``yB``) of subnets that touched it, in the order its stage ran them. Under CSP every
+subnet's ``F``/``B`` pair comes before the next user's, in subnet order, at every stage
+count; under BSP (GPipe, VPipe) the users of a bulk interleave (``2F-5F-5B-2B``) and all
+read one version; under ASP (PipeDream) the interleaving follows 1F1B.
+
+    naspipe access-order RUN_DIR [RUN_DIR ...] [--layer L] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from naspipe.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunAccess:
+    path: Path
+    label: str  # e.g. "gpipe D=4 B=4"
+    ops: dict[int, str]
+    accesses: dict[int, list[str]]  # layer -> ["2F", "2B", ...]
+    trainable: frozenset[int] | None = None  # None: unknown (no readable metrics.json)
+
+
+def read_access(run_dir: Path) -> RunAccess:
+    path = run_dir / "access_order.csv"
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    if rows and not {"layer", "op", "accesses"} <= rows[0].keys():
+        raise UsageError(f"{path}: expected columns layer, op, accesses")
+    ops = {int(r["layer"]): r["op"] for r in rows}
+    accesses = {int(r["layer"]): r["accesses"].split("-") if r["accesses"] else [] for r in rows}
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return RunAccess(run_dir, str(run_dir), ops, accesses)
+    return RunAccess(run_dir, _label(metrics), ops, accesses, _trainable(metrics.get("config", {}), ops))
+
+
+def _label(metrics: dict) -> str:
+    config = metrics.get("config", {})
+    system, stages = metrics.get("system", "?"), metrics.get("stages", "?")
+    label = f"{system} D={stages}"
+    if system in ("gpipe", "vpipe"):
+        label += f" B={config.get('bulk_size') or stages}"
+    return label
+
+
+def _trainable(config: dict, ops: dict[int, str]) -> frozenset[int] | None:
+    """Trainable layers of the run's space (shared layers are frozen under the default policy)."""
+    from naspipe.space import make_space
+
+    try:
+        space = config["space"]
+        structure = make_space(space["name"], {k: v for k, v in space.items() if k != "name"},
+                               config.get("shared_policy", "frozen")).structure
+    except (KeyError, TypeError, ValueError):
+        return None
+    return frozenset(l for l in ops if structure.is_trainable(l))
+
+
+def busiest_layer(run: RunAccess) -> int:
+    """The trainable layer touched most often (lowest id on ties): a default worth showing."""
+    candidates = [l for l in run.accesses if run.trainable is None or l in run.trainable] or list(run.accesses)
+    if not candidates:
+        raise UsageError(f"{run.path}: access_order.csv lists no layer")
+    return min(candidates, key=lambda l: (-len(run.accesses[l]), l))
+
+
+def order_row(run: RunAccess, layer: int, limit: int | None = None) -> str:
+    """The paper-style row for ``layer``: ``2F-2B-5F-5B-7F-7B`` (``...`` when cut at ``limit``)."""
+    seq = run.accesses.get(layer, [])
+    if not seq:
+        return "(not accessed)"
+    shown = seq if limit is None or len(seq) <= limit else seq[:limit] + ["..."]
+    return "-".join(shown)
+
+
+def render_table(runs: list[RunAccess], layer: int | None = None, limit: int | None = None) -> str:
+    if not runs:
+        raise UsageError("access-order needs at least one run directory")
+    layer = busiest_layer(runs[0]) if layer is None else layer
+    op = next((r.ops[layer] for r in runs if layer in r.ops), "?")
+    width = max(len(r.label) for r in runs)
+    lines = [f"Table 4: access order of layer {layer} ({op})"]
+    lines += [f"{r.label:<{width}}  {order_row(r, layer, limit)}" for r in runs]
+    return "\n".join(lines)
+
+
+def add_access_order_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("access-order", help="print one layer's access order per run (paper Table 4)",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path, help="run directories")
+    p.add_argument("--layer", type=int, help="layer id (default: the first run's most used layer)")
+    p.add_argument("--limit", type=int, help="show at most N accesses per run")
+
+
+def run_access_order(args: argparse.Namespace) -> int:
+    print(render_table([read_access(p) for p in args.runs], args.layer, args.limit))
+    return 0

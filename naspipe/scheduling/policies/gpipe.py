@@ -1,0 +1,105 @@
+"""GPipe: bulk synchronous parallel (BSP) with a pipeline flush per bulk (Huang et al. 2019).
+
+NASPipe section 2.2 / Table 3 baseline "BSP", as in GPipe and torchgpipe: the subnet stream
+is cut into bulks of ``B`` consecutive subnets (``bulk_size``; the config's default is
+``B = D``), bulk ``b`` being subnets ``[bB, (b+1)B)``, one micro-batch each.
+
+Update semantics: every subnet of a bulk reads the parameter version from before the bulk
+(the forward, the recompute and the backward of all of them run before any update of the
+bulk). Each stage runs all forwards of the bulk (in subnet order), then all backwards (in
+reverse subnet order, as in GPipe's schedule: the last micro-batch's backward starts right
+after its forward), then the flush: the updates ``U`` in subnet order. A layer used by two
+subnets of a bulk gets two separate optimizer steps, in subnet order, each with that
+subnet's own gradient (the runtime stashes each subnet's per-layer gradients after its
+backward and applies them at its ``U``; gradients are never summed in ``.grad``). The next
+bulk enters stage 0 only after stage 0's flush, and a stage runs no forward of bulk ``b+1``
+before its own flush of bulk ``b``. So results depend on ``B`` (hence on the number of GPUs)
+unless no two subnets of a bulk share a trainable layer, in which case they equal the
+sequential reference.
+
+Runtime needs (read by the stage worker): per-subnet gradient stash; activation
+recomputation as configured (on by default, as in GPipe); the whole stage slice of the
+supernet stays on the device (static partition, no swapping). ``max_inflight`` is ignored:
+exactly one bulk is in flight.
+
+The bulk that the stream's end cuts short is flushed when its last subnet is done; a policy
+learns where the stream ends from :meth:`stream_ends_at` (the runtime calls it; without it a
+stream whose length is not a multiple of ``B`` never flushes its last bulk).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import ClassVar
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
+from naspipe.scheduling.task import Kind, Task
+
+
+class GPipe(StagePolicy):
+    name = "gpipe"
+
+    # What the runtime must do for this policy (the core stays free of torch).
+    stash_gradients: ClassVar[bool] = True  # each subnet's gradients kept apart until its U
+    stash_weights: ClassVar[bool] = False
+    recompute: ClassVar[bool | None] = None  # None: as configured
+    swap_parameters: ClassVar[bool] = False
+    bulk_synchronous: ClassVar[bool] = True  # checkpoints and resumes must fall on bulk boundaries
+
+    def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        super().__init__(stage, plan, options)
+        self.bulk = options.bulk_size
+        self._end: int | None = None
+        self._ready_f: list[int] = []
+        self._ready_b: list[int] = []  # max-heap (negated ids): backwards in reverse order
+        self._ready_u: list[int] = []
+        self._forwards_done = 0  # of the current bulk, on this stage
+        self._backwards_done = 0
+
+    def stream_ends_at(self, total: int) -> None:
+        """Subnets ``>= total`` never come (a later call may move the end further)."""
+        self._end = total
+
+    @property
+    def current_bulk(self) -> int:
+        """The bulk this stage has not flushed yet (``finished`` counts updates)."""
+        return self.finished // self.bulk
+
+    def bulk_members(self, bulk: int) -> range:
+        start = bulk * self.bulk
+        stop = start + self.bulk
+        if self._end is not None:
+            stop = min(stop, self._end)
+        return range(start, stop)
+
+    def may_admit(self, subnet: int) -> bool:
+        return subnet // self.bulk == self.current_bulk
+
+    def next_task(self) -> Task | None:
+        if self._ready_u:
+            return self.task(Kind.UPDATE, heapq.heappop(self._ready_u))
+        members = self.bulk_members(self.current_bulk)
+        if self._ready_b and (not self.is_last or self._forwards_done == len(members)):
+            return self.task(Kind.BACKWARD, -heapq.heappop(self._ready_b))
+        if self._ready_f and self._ready_f[0] in members:
+            return self.task(Kind.FORWARD, heapq.heappop(self._ready_f))
+        return None
+
+    def _on_forward(self, subnet: int) -> None:
+        heapq.heappush(self._ready_f, subnet)
+
+    def _on_backward(self, subnet: int) -> None:
+        heapq.heappush(self._ready_b, -subnet)
+
+    def _on_completed(self, task: Task) -> None:
+        if task.kind is Kind.FORWARD:
+            self._forwards_done += 1
+        elif task.kind is Kind.BACKWARD:
+            self._backwards_done += 1
+            members = self.bulk_members(self.current_bulk)
+            if self._backwards_done == len(members):  # the flush: updates in subnet order
+                for subnet in members:
+                    heapq.heappush(self._ready_u, subnet)
+        elif not self._ready_u:  # the bulk's last update: the next bulk may start here
+            self._forwards_done = self._backwards_done = 0

@@ -1,0 +1,115 @@
+"""Run the real stage workers as threads of one process (tests of the baseline systems).
+
+Everything but the launch is the production runtime: :class:`StageWorker` (policy,
+executor, stashes, swapping, recorder) and :func:`write_outputs`. Only the process spawn and
+the gloo transport are replaced by threads and queues, with messages still packed to exact
+bytes and unpacked (:mod:`naspipe.runtime.wire`), so a run costs a fraction of a second
+instead of a process start per stage. ``tests/test_baselines_runtime.py`` checks that a
+threaded run and a spawned gloo run give bitwise identical results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from naspipe.config import Config, load_config
+from naspipe.runtime.job import Job, build_job
+from naspipe.runtime.launch import make_deterministic
+from naspipe.runtime.outputs import write_outputs
+from naspipe.runtime.recorder import StageReport
+from naspipe.runtime.transport import Transport
+from naspipe.runtime.wire import Message, pack, unpack
+from naspipe.scheduling import PipelinePlan
+from tests.conftest import FixedStream
+
+CPU = torch.device("cpu")
+
+# A small toy space: 4 blocks of 2 candidates (subnets share layers), 6 positions.
+SMALL = ("space.blocks=4", "space.candidates=2", "space.dim=16", "space.seq_len=8", "space.batch_size=4",
+         "space.vocab=32", "timeout_s=60")
+
+
+class QueueTransport(Transport):
+    def __init__(self, rank: int, boxes: list[queue.Queue[Message]]) -> None:
+        self.rank, self.boxes = rank, boxes
+
+    def send(self, dst: int, message: Message) -> None:
+        if abs(dst - self.rank) != 1:
+            raise ValueError(f"stage {self.rank} can only talk to its neighbours, not {dst}")
+        self.boxes[dst].put(unpack(pack(message, CPU)))  # exact bytes, as over gloo
+
+    def receive(self, timeout: float | None) -> Message | None:
+        try:
+            return self.boxes[self.rank].get(block=timeout != 0, timeout=timeout or None)
+        except queue.Empty:
+            return None
+
+
+def config_of(system: str, stages: int, steps: int = 8, *overrides: str) -> Config:
+    return load_config(None, [*SMALL, *overrides], {"system": system, "stages": stages, "steps": steps})
+
+
+def run_threads(config: Config, out: Path, stream: FixedStream | None = None) -> dict[str, Any]:
+    """Train ``config`` with one thread per stage; writes the usual output files into ``out``."""
+    from naspipe.runtime.worker import StageWorker
+
+    job = build_job(config)
+    if stream is not None:
+        job = with_stream(job, stream)
+    make_deterministic(config, CPU)
+    stages = config.stages
+    boxes: list[queue.Queue[Message]] = [queue.Queue() for _ in range(stages)]
+    barrier = threading.Barrier(stages)
+    workers = [StageWorker(job, k, QueueTransport(k, boxes), CPU, out, None, barrier.wait) for k in range(stages)]
+    reports: list[StageReport | None] = [None] * stages
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            barrier.wait()
+            workers[k].recorder.t0 = time.perf_counter()
+            reports[k] = workers[k].run()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+            barrier.abort()
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(k,), name=f"stage-{k}") for k in range(stages)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return write_outputs(job, [r for r in reports if r is not None], out, time.perf_counter() - start, "cpu")
+
+
+def with_stream(job: Job, stream: FixedStream) -> Job:
+    plan = PipelinePlan(job.space.structure, job.partition, stream)  # type: ignore[arg-type]
+    return dataclasses.replace(job, stream=stream, plan=plan)  # type: ignore[arg-type]
+
+
+def bulk_disjoint_stream(blocks: int, candidates: int, bulk: int, steps: int, seed: int = 0) -> FixedStream:
+    """Random subnets in which no two of one bulk share a candidate layer (needs bulk <= candidates).
+
+    For each bulk and block, the bulk's subnets take distinct candidates (a random
+    permutation), so the only layers bulk-mates share are the frozen, untrained ones.
+    """
+    import random
+
+    if bulk > candidates:
+        raise ValueError("a bulk of disjoint subnets needs at least as many candidates per block")
+    rng = random.Random(seed)
+    subnets = []
+    for first in range(0, steps, bulk):
+        perms = [rng.sample(range(candidates), candidates) for _ in range(blocks)]
+        for i in range(min(bulk, steps - first)):
+            subnets.append(tuple(perms[b][i] for b in range(blocks)))
+    return FixedStream(subnets)
