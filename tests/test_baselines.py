@@ -15,15 +15,10 @@ from tests.conftest import FixedStream, make_plan
 BASELINES = ("gpipe", "pipedream", "vpipe", "csp-no-scheduler")
 
 
-def run(plan, system: str, n: int, bulk: int = 1, duration=None, tell_end: bool = True) -> Timeline:
+def run(plan, system: str, n: int, bulk: int = 1, duration=None) -> Timeline:
     options = PolicyOptions(max_inflight=2 * plan.num_stages, bulk_size=bulk)
-    policies = [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
-    if tell_end:
-        for p in policies:
-            if hasattr(p, "stream_ends_at"):
-                p.stream_ends_at(n)
     kwargs = {"duration": duration} if duration is not None else {}
-    return drive(plan, system, n, options, policies=policies, **kwargs)
+    return drive(plan, system, n, options, **kwargs)
 
 
 def schedules(timeline: Timeline) -> list[str]:

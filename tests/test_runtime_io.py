@@ -45,6 +45,7 @@ def test_outputs_have_the_documented_shape(tmp_path):
         (["--config", "/nonexistent/config.yaml"], "config file /nonexistent/config.yaml"),
         (["--set", "optimizer.lr=fast"], "config key 'optimizer.lr'"),
         (["--set", "space.colour=red"], "space 'toy' has no option 'colour'"),
+        (["--system", "gpipe", "--checkpoint-every", "3"], "must be a multiple of the bulk size 2"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):

@@ -65,13 +65,14 @@ class StageExecutor:
         is_last: bool,
         batch_of: Callable[[int], Batch],
         *,
+        is_first: bool = False,
         stash_gradients: bool = False,
         stash_weights: bool = False,
     ) -> None:
         if stash_weights and (recompute or not stash_gradients):
             raise ValueError("weight stashing needs recomputation off and the gradient stash on")
         self.space, self.layers, self.optimizers = space, layers, optimizers
-        self.seed, self.recompute, self.is_last = seed, recompute, is_last
+        self.seed, self.recompute, self.is_first, self.is_last = seed, recompute, is_first, is_last
         self.batch_of = batch_of
         self.stash_gradients, self.stash_weights = stash_gradients, stash_weights
         self._inputs: dict[int, State] = {}
@@ -157,8 +158,9 @@ class StageExecutor:
         units: list[_Unit] = []
         state = inputs
         with torch.enable_grad():
-            for layer in layer_ids:
-                leaves = tuple(_leaf(t) for t in state)
+            for position, layer in enumerate(layer_ids):
+                # The batch itself needs no gradient: stage 0's first layer gets it as is.
+                leaves = state if self.is_first and position == 0 else tuple(_leaf(t) for t in state)
                 module, ctx = self.layers[layer], self._ctx(subnet, layer, recompute)
                 if self.stash_weights:
                     weights = {n: p.detach().clone().requires_grad_() for n, p in _named_trainable(module)}

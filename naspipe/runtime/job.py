@@ -14,6 +14,7 @@ from naspipe.config import Config
 from naspipe.errors import UsageError
 from naspipe.partition import Partition, balanced_partition
 from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
+from naspipe.scheduling.policies import POLICIES
 from naspipe.space import SearchSpace, make_space
 from naspipe.subnet import SubnetStream
 
@@ -47,9 +48,17 @@ def build_job(config: Config) -> Job:
         raise UsageError(
             f"--stages {config.stages} exceeds the {structure.num_positions} layers of a subnet of space {space.name!r}"
         )
+    check_bulk_boundary(config, "checkpoint_every", config.checkpoint_every)
     partition = balanced_partition(position_costs(space, config.partition_costs), config.stages)
     stream = SubnetStream(structure.choices_per_block, config.seed)
     return Job(config, space, stream, partition, PipelinePlan(structure, partition, stream))
+
+
+def check_bulk_boundary(config: Config, what: str, step: int) -> None:
+    """BSP systems drain (checkpoint, resume) only between bulks."""
+    if POLICIES[config.system].bulk_synchronous and step % config.bulk:
+        raise UsageError(f"system {config.system!r}: {what} ({step}) must be a multiple of the bulk size "
+                         f"{config.bulk}: BSP drains (checkpoints, resumes) only at bulk boundaries")
 
 
 def position_costs(space: SearchSpace, source: str) -> list[float]:

@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 
 from naspipe.config import Config
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime.job import Job, build_job
+from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import DistTransport, LocalTransport
@@ -94,7 +94,9 @@ def _resume_point(config: Config, resume: Path | None) -> Path | None:
     if resume is None:
         return None
     checkpoint = ckpt.find_checkpoint(resume)
-    ckpt.check_compatible(ckpt.read_manifest(checkpoint), config.to_dict(), checkpoint)
+    manifest = ckpt.read_manifest(checkpoint)
+    ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
+    check_bulk_boundary(config, "the resumed step", manifest["step"])
     return checkpoint
 
 

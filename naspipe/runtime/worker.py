@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from naspipe.errors import UsageError
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
@@ -39,7 +38,7 @@ FAIL_ENV = "NASPIPE_FAIL_AT"  # "STAGE:SUBNET": raise in that stage's forward of
 
 @dataclass(frozen=True)
 class RuntimeNeeds:
-    """What a policy asks of the runtime; read from its class attributes, these defaults if absent."""
+    """What a policy asks of the runtime, read from its class attributes (see StagePolicy)."""
 
     stash_gradients: bool = False  # keep each subnet's gradients apart until its update
     stash_weights: bool = False  # backward on the version the forward read (PipeDream)
@@ -49,7 +48,7 @@ class RuntimeNeeds:
 
     @classmethod
     def of(cls, policy: StagePolicy) -> RuntimeNeeds:
-        return cls(**{f.name: getattr(policy, f.name, f.default) for f in fields(cls)})
+        return cls(**{f.name: getattr(policy, f.name) for f in fields(cls)})
 
 
 class StageWorker:
@@ -72,15 +71,13 @@ class StageWorker:
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
         self.needs = RuntimeNeeds.of(self.policy)
         self.recompute = config.recompute if self.needs.recompute is None else self.needs.recompute
-        self._check_bulk_boundary("checkpoint_every", config.checkpoint_every)
         self.layers = {l: job.space.build_layer(l, config.seed).to(device) for l in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         self.losses: dict[int, float] = {}
         start, access = self._restore(resume) if resume else (0, {})
-        self._check_bulk_boundary("the resumed step", start)
         self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
-                                      self.is_last, lambda y: job.space.batch(y, config.seed),
+                                      self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
                                       stash_weights=self.needs.stash_weights)
         self.policy.resume_at(start)
@@ -107,18 +104,10 @@ class StageWorker:
         swap = self.swapper.stats() if self.swapper is not None else {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
         return {"recompute": float(self.recompute), **swap}
 
-    def _check_bulk_boundary(self, what: str, step: int) -> None:
-        bulk = self.job.config.bulk
-        if self.needs.bulk_synchronous and step % bulk:
-            raise UsageError(f"system {self.job.config.system!r}: {what} ({step}) must be a multiple of the bulk "
-                             f"size {bulk}: BSP drains (checkpoints, resumes) only at bulk boundaries")
-
     def _announce_end(self, done: int) -> None:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
-        ends_at = getattr(self.policy, "stream_ends_at", None)
-        if ends_at is not None:
-            every = self.job.config.checkpoint_every
-            ends_at(min(self.steps, (done // every + 1) * every) if every else self.steps)
+        every = self.job.config.checkpoint_every
+        self.policy.stream_ends_at(min(self.steps, (done // every + 1) * every) if every else self.steps)
 
     def _admit(self) -> None:
         policy, every = self.policy, self.job.config.checkpoint_every

@@ -73,6 +73,8 @@ def drive(
     """
     options = options or PolicyOptions()
     stages = policies or [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
+    for policy in stages:
+        policy.stream_ends_at(num_subnets)
     return _Driver(stages, num_subnets, duration, on_start).run()
 
 

@@ -45,6 +45,13 @@ class PolicyOptions:
 class StagePolicy(ABC):
     name: ClassVar[str]
 
+    # What the policy asks of the runtime (read by naspipe.runtime.worker.RuntimeNeeds).
+    stash_gradients: ClassVar[bool] = False  # keep each subnet's gradients apart until its update
+    stash_weights: ClassVar[bool] = False  # backward on the parameter version its forward read
+    recompute: ClassVar[bool | None] = None  # None: as configured; True/False: forced
+    swap_parameters: ClassVar[bool] = False  # layers live in host memory, fetched per task
+    bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
+
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         self.stage = stage
         self.plan = plan
@@ -61,6 +68,12 @@ class StagePolicy(ABC):
             raise RuntimeError("resume_at must be called before any event")
         self._registered = self.finished = start
         self.admitted = start
+
+    def stream_ends_at(self, total: int) -> None:  # noqa: B027 - optional hook
+        """Subnets ``>= total`` never come (the run's end or the next drain point).
+
+        Policies with a cool-down (1F1B) or a last partial bulk need it; others ignore it.
+        """
 
     # -- events -------------------------------------------------------------
     def admit(self, subnet: int) -> None:
