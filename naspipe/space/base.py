@@ -13,7 +13,7 @@ masks come from (seed, subnet, layer), so recomputation reproduces them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -104,9 +104,29 @@ class SearchSpace(ABC):
     def make_layer(self, layer: int) -> SpaceLayer:
         """Construct layer ``layer`` with torch's default init; :meth:`build_layer` seeds it."""
 
-    @abstractmethod
     def batch(self, step: int, seed: int) -> Batch:
-        """Batch ``step``, on the CPU, as a pure function of (seed, step)."""
+        """Batch ``step``, on the CPU, as a pure function of (seed, step).
+
+        From the prepared dataset named by option ``data`` when the space has one and it is set,
+        otherwise generated.
+        """
+        if self.options.get("data") is not None:
+            return self._dataset_batch(step, seed)
+        return self._synthetic_batch(step, seed)
+
+    @abstractmethod
+    def _synthetic_batch(self, step: int, seed: int) -> Batch:
+        """A generated batch: the embedded default when no dataset is given."""
+
+    def _dataset_batch(self, step: int, seed: int) -> Batch:
+        raise UsageError(f"space {self.name!r} reads no prepared dataset")
+
+    def _reader(self, seed: int, open_reader: Callable[[int], Any]) -> Any:
+        """The dataset reader for ``seed``, opened once per space instance."""
+        readers = self.__dict__.setdefault("_readers", {})
+        if seed not in readers:
+            readers[seed] = open_reader(seed)
+        return readers[seed]
 
     @abstractmethod
     def loss(self, output: State, batch: Batch) -> torch.Tensor:

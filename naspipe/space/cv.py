@@ -111,7 +111,7 @@ class CvSpace(SearchSpace):
 
     def _structure(self) -> SpaceStructure:
         o = self.options
-        self.require_positive_ints(*("blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size"))
+        self.require_positive_ints("blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size")
         stride = o["stem_stride"]
         if stride & (stride - 1):
             raise UsageError(f"space {self.name!r}: option 'stem_stride' must be a power of 2, got {stride}")
@@ -184,11 +184,6 @@ class CvSpace(SearchSpace):
         return 1.0 + o["batch_size"] * macs
 
     # -- data ---------------------------------------------------------------------------------
-    def batch(self, step: int, seed: int) -> Batch:
-        if self.options["data"] is not None:
-            return self._dataset_batch(step, seed)
-        return self._synthetic_batch(step, seed)
-
     def _synthetic_batch(self, step: int, seed: int) -> Batch:
         o = self.options
         bsz, size, classes = o["batch_size"], o["image_size"], o["classes"]
@@ -233,13 +228,13 @@ class CvSpace(SearchSpace):
         return Batch((x,), (labels,))
 
     def _dataset(self, seed: int):  # noqa: ANN202 - the reader's class lives in naspipe.data
-        cache = self.__dict__.setdefault("_datasets", {})
-        if seed not in cache:
-            from naspipe.data.batches import ImageBatches
+        return self._reader(seed, self._open_dataset)
 
-            o = self.options
-            cache[seed] = ImageBatches(o["data"], o["split"], batch_size=o["batch_size"], seed=seed)
-        return cache[seed]
+    def _open_dataset(self, seed: int):  # noqa: ANN202
+        from naspipe.data.batches import ImageBatches
+
+        o = self.options
+        return ImageBatches(o["data"], o["split"], batch_size=o["batch_size"], seed=seed)
 
     # -- objective ----------------------------------------------------------------------------
     def loss(self, output: State, batch: Batch) -> torch.Tensor:

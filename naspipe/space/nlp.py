@@ -151,7 +151,7 @@ class NlpSpace(SearchSpace):
 
     def _structure(self) -> SpaceStructure:
         o = self.options
-        self.require_positive_ints(*("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size"))
+        self.require_positive_ints("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size")
         if o["blocks"] < 2:
             raise UsageError(f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}")
         if o["seq_len"] < 3:
@@ -214,11 +214,6 @@ class NlpSpace(SearchSpace):
         return 1.0 + b * macs
 
     # -- data ---------------------------------------------------------------------------------
-    def batch(self, step: int, seed: int) -> Batch:
-        if self.options["data"] is not None:
-            return self._dataset_batch(step, seed)
-        return self._synthetic_batch(step, seed)
-
     def _synthetic_batch(self, step: int, seed: int) -> Batch:
         o = self.options
         bsz, t, vocab = o["batch_size"], o["seq_len"], o["vocab"]
@@ -262,35 +257,35 @@ class NlpSpace(SearchSpace):
         return Batch(tensors[:2], tensors[2:])
 
     def _dataset(self, seed: int):  # noqa: ANN202 - the reader's class lives in naspipe.data
-        cache = self.__dict__.setdefault("_datasets", {})
-        if seed not in cache:
-            from naspipe.data.batches import TranslationBatches
-            from naspipe.data.meta import resolve_translation_dir
+        return self._reader(seed, self._open_dataset)
 
-            o = self.options
-            meta = resolve_translation_dir(o["data"])
-            specials = {"pad": (meta.pad, PAD), "bos": (meta.bos, BOS), "eos": (meta.eos, EOS)}
-            for name, (theirs, ours) in specials.items():
-                if theirs != ours:
-                    raise UsageError(
-                        f"space {self.name!r}: dataset {o['data']} uses {name} id {theirs}, the space needs {ours} "
-                        f"(fairseq's convention)"
-                    )
-            needed = max(meta.src_vocab_size, meta.tgt_vocab_size)
-            if o["vocab"] < needed:
+    def _open_dataset(self, seed: int):  # noqa: ANN202
+        from naspipe.data.batches import TranslationBatches
+        from naspipe.data.meta import resolve_translation_dir
+
+        o = self.options
+        meta = resolve_translation_dir(o["data"])
+        specials = {"pad": (meta.pad, PAD), "bos": (meta.bos, BOS), "eos": (meta.eos, EOS)}
+        for name, (theirs, ours) in specials.items():
+            if theirs != ours:
                 raise UsageError(
-                    f"space {self.name!r}: dataset {o['data']} has a {needed}-token dictionary; "
-                    f"set space.vocab to at least {needed} (it is {o['vocab']})"
+                    f"space {self.name!r}: dataset {o['data']} uses {name} id {theirs}, the space needs {ours} "
+                    f"(fairseq's convention)"
                 )
-            if o["split"] not in meta.splits:
-                raise UsageError(
-                    f"space {self.name!r}: dataset {o['data']} has no split {o['split']!r}; "
-                    f"it has {', '.join(sorted(meta.splits))}"
-                )
-            cache[seed] = TranslationBatches(
-                o["data"], batch_size=o["batch_size"], max_len=o["seq_len"], seed=seed, split=o["split"]
+        needed = max(meta.src_vocab_size, meta.tgt_vocab_size)
+        if o["vocab"] < needed:
+            raise UsageError(
+                f"space {self.name!r}: dataset {o['data']} has a {needed}-token dictionary; "
+                f"set space.vocab to at least {needed} (it is {o['vocab']})"
             )
-        return cache[seed]
+        if o["split"] not in meta.splits:
+            raise UsageError(
+                f"space {self.name!r}: dataset {o['data']} has no split {o['split']!r}; "
+                f"it has {', '.join(sorted(meta.splits))}"
+            )
+        return TranslationBatches(
+            o["data"], batch_size=o["batch_size"], max_len=o["seq_len"], seed=seed, split=o["split"]
+        )
 
     # -- objective ----------------------------------------------------------------------------
     def loss(self, output: State, batch: Batch) -> torch.Tensor:

@@ -124,7 +124,7 @@ class ToySpace(SearchSpace):
             return SelfAttention(o["dim"], o["heads"], o["dropout"])
         return Conv(o["dim"], 3, o["dropout"])
 
-    def batch(self, step: int, seed: int) -> Batch:
+    def _synthetic_batch(self, step: int, seed: int) -> Batch:
         o = self.options
         gen = torch.Generator().manual_seed(derive_seed(seed, "batch", step))
         tokens = torch.randint(0, o["vocab"], (o["batch_size"], o["seq_len"]), generator=gen)
