@@ -16,9 +16,11 @@ numpy; callers convert to tensors.
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -26,6 +28,8 @@ from .errors import DataError
 from .indexed import IndexedDataset
 from .meta import resolve_translation_dir
 from .seeding import rng_for
+
+B = TypeVar("B")
 
 # fairseq's special ids, used when datasets are passed without a meta.json.
 FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS = 0, 1, 2
@@ -67,6 +71,31 @@ class SampleOrder:
         return -(-self.num_samples // self.batch_size)
 
 
+class _Batches(ABC, Generic[B]):
+    """Shuffled training batches and in-order evaluation batches over ``len(self)`` samples.
+
+    Subclasses set ``batch_size`` and ``order`` and say how to ``_take`` a set of indices.
+    """
+
+    batch_size: int
+    order: SampleOrder
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def _take(self, indices: np.ndarray) -> B: ...
+
+    def batch(self, i: int) -> B:
+        """Training batch ``i`` (shuffled; pure function of seed and ``i``)."""
+        return self._take(self.order.indices(i))
+
+    def ordered(self) -> Iterator[B]:
+        """Evaluation batches in dataset order; the last one may hold fewer than B rows."""
+        for start in range(0, len(self), self.batch_size):
+            yield self._take(np.arange(start, min(start + self.batch_size, len(self)), dtype=np.int64))
+
+
 @dataclass(frozen=True)
 class TranslationBatch:
     """int64 arrays of shape (B, max_len): ``tgt_in[t]`` is the decoder input predicting ``tgt_out[t]``."""
@@ -77,7 +106,7 @@ class TranslationBatch:
     indices: np.ndarray
 
 
-class TranslationBatches:
+class TranslationBatches(_Batches[TranslationBatch]):
     """Fixed-shape translation batches from a prepared directory or a pair of datasets.
 
     ``src`` is the stored source sequence (fairseq stores it with a final
@@ -109,16 +138,7 @@ class TranslationBatches:
     def __len__(self) -> int:
         return len(self.src_data)
 
-    def batch(self, i: int) -> TranslationBatch:
-        """Training batch ``i`` (shuffled; pure function of seed and ``i``)."""
-        return self._collate(self.order.indices(i))
-
-    def ordered(self) -> Iterator[TranslationBatch]:
-        """Evaluation batches in dataset order; the last one may hold fewer than B rows."""
-        for start in range(0, len(self), self.batch_size):
-            yield self._collate(np.arange(start, min(start + self.batch_size, len(self)), dtype=np.int64))
-
-    def _collate(self, indices: np.ndarray) -> TranslationBatch:
+    def _take(self, indices: np.ndarray) -> TranslationBatch:
         shape = (len(indices), self.max_len)
         src, tgt_in, tgt_out = (np.full(shape, self.pad, dtype=np.int64) for _ in range(3))
         for row, index in enumerate(indices.tolist()):
@@ -163,7 +183,7 @@ class ImageBatch:
     indices: np.ndarray
 
 
-class ImageBatches:
+class ImageBatches(_Batches[ImageBatch]):
     """Fixed-shape image batches from ``{split}.images.npy`` / ``{split}.labels.npy`` shards."""
 
     def __init__(self, shard_dir: Path | str, split: str, batch_size: int, seed: int = 0) -> None:
@@ -174,16 +194,7 @@ class ImageBatches:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def batch(self, i: int) -> ImageBatch:
-        """Training batch ``i`` (shuffled; pure function of seed and ``i``)."""
-        return self._gather(self.order.indices(i))
-
-    def ordered(self) -> Iterator[ImageBatch]:
-        """Evaluation batches in dataset order; the last one may hold fewer than B rows."""
-        for start in range(0, len(self), self.batch_size):
-            yield self._gather(np.arange(start, min(start + self.batch_size, len(self)), dtype=np.int64))
-
-    def _gather(self, indices: np.ndarray) -> ImageBatch:
+    def _take(self, indices: np.ndarray) -> ImageBatch:
         """Read in ascending index order (sequential on disk), then restore batch order."""
         order = np.argsort(indices, kind="stable")
         images = np.empty((len(indices), *self.images.shape[1:]), dtype=np.uint8)

@@ -130,12 +130,6 @@ class StageExecutor:
         for layer, grads in stash.items():
             stash[layer] = move(grads)
 
-    def drop(self, subnet: int) -> None:
-        """Forget what a subnet stashed (used when a run stops early)."""
-        self._inputs.pop(subnet, None)
-        self._units.pop(subnet, None)
-        self._grads.pop(subnet, None)
-
     def _stash(self, subnet: int, units: list[_Unit]) -> None:
         """Move each layer's gradients out of ``.grad`` (or off the stashed weights) into the store."""
         stash: dict[int, ParamGrads] = {}

@@ -74,7 +74,7 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
     config = job.config
     trained = sum(len(r.losses) for r in reports if r.stage == job.plan.num_stages - 1)
     makespan = max(r.span_s for r in reports) or 1e-9
-    busy = [sum(v for k, v in r.seconds.items() if k != "waiting") for r in reports]
+    busy = [r.busy_s for r in reports]
     samples = trained * _batch_size(job)
     return {
         "system": config.system,

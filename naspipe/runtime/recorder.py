@@ -24,6 +24,11 @@ class StageReport:
     tasks: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def busy_s(self) -> float:
+        """Forward + recompute + backward + optimizer: everything but waiting."""
+        return sum(v for k, v in self.seconds.items() if k != "waiting")
+
 
 class Recorder:
     def __init__(self, stage: int, access: dict[int, list[str]] | None = None) -> None:
@@ -48,10 +53,6 @@ class Recorder:
     def touch(self, layers: tuple[int, ...], subnet: int, kind: str) -> None:
         for layer in layers:
             self.access[layer].append(f"{subnet}{kind}")
-
-    @property
-    def busy(self) -> float:
-        return sum(v for k, v in self.seconds.items() if k != "waiting")
 
     def report(self, losses: dict[int, float], hashes: dict[int, str], extra: dict[str, float]) -> StageReport:
         return StageReport(

@@ -9,7 +9,6 @@ works the same for CPU tensors over gloo and CUDA tensors over nccl.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -50,7 +49,3 @@ def unpack(buffer: torch.Tensor) -> Message:
         tensors.append(chunk.view(dtype).reshape(shape))
         offset += nbytes
     return Message(header["k"], header["s"], tuple(tensors))
-
-
-def state_bytes(tensors: Sequence[torch.Tensor | None]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)

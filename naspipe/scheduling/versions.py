@@ -77,6 +77,3 @@ class VersionTable:
 
     def required(self, subnet: int, layer: int) -> int:
         return self._required[subnet][layer]
-
-    def __contains__(self, subnet: int) -> bool:
-        return subnet in self._required
