@@ -1,60 +1,56 @@
 """Search spaces by name: ``make_space("toy", {"blocks": 8})``.
 
-Each entry maps a preset name to a space class and the options that preset fixes; user
-options (``--set space.KEY=VALUE``) override the preset's.
+The package is imported lazily: ``naspipe.space.structure`` (what a subnet may contain) is
+pure Python and is what the scheduling core and the simulator import, while the layers
+(``base``, ``toy``, ``nlp``, ``cv``) need torch. Importing ``naspipe.space`` therefore loads
+nothing; each public name below is resolved from its module on first use, so
+``from naspipe.space import make_space`` imports torch and ``import naspipe.space.structure``
+does not. The preset registry lives in :mod:`naspipe.space.registry`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from naspipe.errors import UsageError
-from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State, seeded_dropout
-from naspipe.space.structure import SHARED_POLICIES, SpaceStructure
-from naspipe.space.toy import ToySpace
+if TYPE_CHECKING:
+    from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State, seeded_dropout
+    from naspipe.space.registry import PRESETS, make_space, register_preset, space_names
+    from naspipe.space.structure import SHARED_POLICIES, SpaceStructure
 
-SpaceFactory = Callable[[str, Mapping[str, Any], str], SearchSpace]
-
-# name -> (class, preset options)
-PRESETS: dict[str, tuple[type[SearchSpace], dict[str, Any]]] = {
-    "toy": (ToySpace, {}),
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "Batch": "naspipe.space.base",
+    "LayerContext": "naspipe.space.base",
+    "SearchSpace": "naspipe.space.base",
+    "SpaceLayer": "naspipe.space.base",
+    "State": "naspipe.space.base",
+    "seeded_dropout": "naspipe.space.base",
+    "PRESETS": "naspipe.space.registry",
+    "make_space": "naspipe.space.registry",
+    "register_preset": "naspipe.space.registry",
+    "space_names": "naspipe.space.registry",
+    "SHARED_POLICIES": "naspipe.space.structure",
+    "SpaceStructure": "naspipe.space.structure",
 }
 
 
-def register_preset(name: str, cls: type[SearchSpace], options: Mapping[str, Any]) -> None:
-    PRESETS[name] = (cls, dict(options))
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
-def space_names() -> tuple[str, ...]:
-    _load_extra_spaces()
-    return tuple(sorted(PRESETS))
-
-
-def make_space(name: str, options: Mapping[str, Any] | None = None, shared_policy: str = "frozen") -> SearchSpace:
-    _load_extra_spaces()
-    if name not in PRESETS:
-        raise UsageError(f"unknown space {name!r}; choose one of {', '.join(sorted(PRESETS))}")
-    if shared_policy not in SHARED_POLICIES:
-        raise UsageError(f"unknown shared_policy {shared_policy!r}; choose one of {', '.join(SHARED_POLICIES)}")
-    cls, preset = PRESETS[name]
-    return cls(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
-
-
-def _load_extra_spaces() -> None:
-    """Import the optional space modules, which register their presets on import."""
-    import importlib
-
-    for module in ("naspipe.space.nlp", "naspipe.space.cv"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
 
 __all__ = [
     "PRESETS",
+    "SHARED_POLICIES",
     "Batch",
     "LayerContext",
     "SearchSpace",

@@ -37,7 +37,7 @@ from torch import nn
 
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
-from naspipe.space import register_preset
+from naspipe.space.registry import register_preset
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.ops.vision import IMAGE_OPS, image_op_macs, make_image_op
