@@ -1,117 +1,90 @@
-"""The ``naspipe`` command: train, compare, and the data/profile helpers.
+"""naspipe: reproducible pipelined supernet training; each sub-command is imported only when used.
 
 Exit status: 0 success; 1 a run failed or compared runs differ; 2 bad input (one line on
 stderr naming the problem, nothing written).
+
+Why a table: importing every command to build one parser made ``naspipe compare`` load
+torch, and a command whose module failed to import vanished as "invalid choice". Here
+``naspipe --help`` lists the names and one-line helps from :data:`COMMANDS` without importing
+anything; ``naspipe NAME ...`` imports NAME's module only (a missing or broken module raises
+its real error) and lets it add its own sub-parser.
+
+Adding a command is one line in :data:`COMMANDS`::
+
+    "partition": Command("naspipe.partition_cli", "split a space's positions over D stages"),
+
+The module provides ``add_parser(sub) -> argparse.ArgumentParser`` (it calls
+``sub.add_parser(NAME, ...)`` and adds its arguments) and ``run(args) -> int`` (the exit
+status); other function names can be given as ``Command(module, help, add=..., run=...)``.
+Bad input is reported by raising :class:`naspipe.errors.UsageError`: :func:`main` is the
+one place that turns it into ``naspipe: error: ...`` and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, cast
 
-from naspipe.config import describe_keys, load_config
 from naspipe.errors import UsageError
 
 
-def _train_parser(sub: argparse._SubParsersAction) -> None:
-    from naspipe.scheduling import POLICY_NAMES
+class Command(NamedTuple):
+    """Where a sub-command lives: its module, its one-line help and its two entry points."""
 
-    p = sub.add_parser(
-        "train",
-        help="train a supernet with one of the pipeline systems",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Train a supernet over D pipeline stages (one process per stage; gloo on CPU, nccl on CUDA).\n"
-        "Under torchrun or srun each process is one stage and --stages must equal the world size.",
-        epilog="config keys (YAML file via --config, or --set key=value):\n" + describe_keys(),
-    )
-    p.add_argument("--config", type=Path, help="YAML config file (keys below)")
-    p.add_argument("--space", help="search space preset (e.g. toy, nlp.tiny, cv.tiny, nlp.c1); sets space.name")
-    p.add_argument("--system", help=f"scheduling policy: {', '.join(POLICY_NAMES)}")
-    p.add_argument("--stages", type=int, help="pipeline stages D")
-    p.add_argument("--steps", type=int, help="subnets to train")
-    p.add_argument("--seed", type=int, help="random seed")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key (repeatable), e.g. --set optimizer.name=adam")
-    p.add_argument("--checkpoint-every", type=int, help="checkpoint every K subnets (sets checkpoint_every)")
-    p.add_argument("--resume", type=Path, help="resume from a checkpoint dir or a run dir's newest checkpoint")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    module: str
+    help: str
+    add: str = "add_parser"
+    run: str = "run"
 
 
-def _compare_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="check runs are bitwise identical (exit 0) or report where they diverge (exit 1)")
-    p.add_argument("runs", nargs="+", type=Path, help="run directories (the first is the reference)")
+COMMANDS: dict[str, Command] = {
+    "train": Command("naspipe.commands.train", "train a supernet with one of the pipeline systems"),
+    "compare": Command(
+        "naspipe.commands.compare", "check runs are bitwise identical (exit 0) or report where they diverge (exit 1)"
+    ),
+    "prepare": Command("naspipe.data.cli", "prepare datasets (tokenize, binarize, shard)",
+                       add="add_prepare_parser", run="run_prepare"),
+    "profile": Command("naspipe.profile.cli", "measure per-operation compute and copy time of a search space"),
+    "access-order": Command("naspipe.report.access_order", "print one layer's access order per run (paper Table 4)",
+                            add="add_access_order_parser", run="run_access_order"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="naspipe", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    _train_parser(sub)
-    _compare_parser(sub)
-    for module, adder in (("naspipe.data.cli", "add_prepare_parser"), ("naspipe.profile", "add_profile_parser"),
-                          ("naspipe.report.access_order", "add_access_order_parser")):
-        try:
-            getattr(__import__(module, fromlist=[adder]), adder)(sub)
-        except ModuleNotFoundError:
-            pass
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``command``'s module is imported to build its sub-parser.
+
+    The other commands get a bare placeholder that carries their help line, enough for the
+    top-level ``--help`` and the "invalid choice" message.
+    """
+    doc = __doc__ or "naspipe"
+    parser = argparse.ArgumentParser(prog="naspipe", description=doc.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, entry in COMMANDS.items():
+        if name == command:
+            add = getattr(importlib.import_module(entry.module), entry.add)
+            add(sub)
+        else:
+            sub.add_parser(name, help=entry.help)
     return parser
 
 
-def _train(args: argparse.Namespace) -> int:
-    from naspipe.runtime.launch import StageFailed, train
-
-    flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
-             "seed": args.seed, "checkpoint_every": args.checkpoint_every}
-    config = load_config(args.config, args.overrides, flags)
-    try:
-        metrics = train(config, args.out, args.resume)
-    except StageFailed as exc:
-        print(f"naspipe: error: {exc}", file=sys.stderr)
-        return 1
-    if metrics is not None:
-        keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "wall_s")
-        print(json.dumps({k: metrics[k] for k in keys}))
-    return 0
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from naspipe.compare import compare_runs
-
-    same, text = compare_runs(args.runs)
-    print(text)
-    return 0 if same else 1
+def _runner(command: str) -> Callable[[argparse.Namespace], int]:
+    entry = COMMANDS[command]
+    return cast(Callable[[argparse.Namespace], int], getattr(importlib.import_module(entry.module), entry.run))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = args_list[0] if args_list and args_list[0] in COMMANDS else None
+    args = build_parser(command).parse_args(args_list)
     try:
-        if args.command == "train":
-            return _train(args)
-        if args.command == "compare":
-            return _compare(args)
-        if args.command == "prepare":
-            from naspipe.data.cli import run_prepare
-
-            return run_prepare(args)
-        if args.command == "profile":
-            from naspipe.profile import run_profile
-
-            return run_profile(args)
-        if args.command == "access-order":
-            from naspipe.report.access_order import run_access_order
-
-            return run_access_order(args)
+        return _runner(args.command)(args)
     except UsageError as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # data/profile input errors are ValueErrors naming the problem
-        if type(exc).__module__.startswith("naspipe"):
-            print(f"naspipe: error: {exc}", file=sys.stderr)
-            return 2
-        raise
-    raise AssertionError(f"unhandled command {args.command}")
 
 
 if __name__ == "__main__":

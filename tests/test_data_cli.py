@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from naspipe.data import DataError, load_meta
-from naspipe.data.cli import add_prepare_parser, main, run_prepare
+from naspipe.cli import main
+from naspipe.data.cli import add_prepare_parser, run_prepare
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SAMPLE = SHARED / "fairseq-bin-multi30k-sample"

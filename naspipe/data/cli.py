@@ -1,16 +1,14 @@
 """The ``naspipe prepare ...`` subcommands.
 
-The top-level ``naspipe`` CLI mounts these with ``add_prepare_parser`` and
-calls ``run_prepare``; DataError (a ValueError) propagates so the top level can
-print one ``naspipe: error: ...`` line.  ``main`` runs the same commands
-standalone (``python -m naspipe.data.cli prepare ...``).
+The top-level ``naspipe`` CLI (:mod:`naspipe.cli`) mounts these with ``add_prepare_parser``
+and calls ``run_prepare``; DataError (a UsageError) propagates so that its one handler
+prints one ``naspipe: error: ...`` line.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import DataError
@@ -155,18 +153,3 @@ def _run_synthetic_images(args: argparse.Namespace) -> str:
 def _split_summary(splits: dict) -> str:  # dict[str, SplitFiles]
     return ", ".join(f"{name} {files.lines} pairs" for name, files in sorted(splits.items()))
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point mirroring the top-level CLI's error handling."""
-    parser = argparse.ArgumentParser(prog="naspipe")
-    add_prepare_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return run_prepare(args)
-    except DataError as exc:
-        print(f"naspipe: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

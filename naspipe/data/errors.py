@@ -1,11 +1,13 @@
-"""The single exception type raised for bad input data.
+"""The exception raised for bad input data (a shard, a text file, a dataset option).
 
-Subclassing ``ValueError`` lets the top-level CLI turn every data problem into a
-one-line ``naspipe: error: ...`` message without knowing about this package.
+It is a :class:`naspipe.errors.UsageError`, so the top-level CLI reports it like any other
+bad input (one ``naspipe: error: ...`` line, exit 2) through its single handler.
 """
 
 from __future__ import annotations
 
+from naspipe.errors import UsageError
 
-class DataError(ValueError):
+
+class DataError(UsageError):
     """Bad or inconsistent input data; the message names the file, line, field or value."""

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State, seeded_dropout
 from naspipe.space.structure import SpaceStructure
@@ -54,7 +55,7 @@ class SelfAttention(SpaceLayer):
     def __init__(self, dim: int, heads: int, dropout: float) -> None:
         super().__init__()
         if dim % heads:
-            raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+            raise UsageError(f"dim {dim} is not divisible by heads {heads}")
         self.norm = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
@@ -109,6 +110,8 @@ class ToySpace(SearchSpace):
     def _structure(self) -> SpaceStructure:
         o = self.options
         self.require_positive_ints("blocks", "candidates", "dim", "heads", "vocab", "seq_len", "batch_size")
+        if o["dim"] % o["heads"]:
+            raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})")
         block = tuple(TOY_OPS[c % len(TOY_OPS)] for c in range(o["candidates"]))
         return SpaceStructure(self.name, ("embedding",), (block,) * o["blocks"], ("head",), self.shared_policy)
 

@@ -1,0 +1,25 @@
+"""``naspipe compare``: exit 0 when runs are bitwise identical, 1 with the first divergence otherwise.
+
+Imports no torch: comparing is reading CSV files and digests.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    p: argparse.ArgumentParser = sub.add_parser(
+        "compare", description="Check runs are bitwise identical (exit 0) or report where they diverge (exit 1)."
+    )
+    p.add_argument("runs", nargs="+", type=Path, help="run directories (the first is the reference)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.compare import compare_runs
+
+    same, text = compare_runs(args.runs)
+    print(text)
+    return 0 if same else 1

@@ -1,0 +1,51 @@
+"""``naspipe train``: build the config from file, ``--set`` and flags, then launch the stages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from naspipe.config import describe_keys, load_config
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    from naspipe.scheduling import POLICY_NAMES
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "train",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train a supernet over D pipeline stages (one process per stage; gloo on CPU, nccl on CUDA).\n"
+        "Under torchrun or srun each process is one stage and --stages must equal the world size.",
+        epilog="config keys (YAML file via --config, or --set key=value):\n" + describe_keys(),
+    )
+    p.add_argument("--config", type=Path, help="YAML config file (keys below)")
+    p.add_argument("--space", help="search space preset (e.g. toy, nlp.tiny, cv.tiny, nlp.c1); sets space.name")
+    p.add_argument("--system", help=f"scheduling policy: {', '.join(POLICY_NAMES)}")
+    p.add_argument("--stages", type=int, help="pipeline stages D")
+    p.add_argument("--steps", type=int, help="subnets to train")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (repeatable), e.g. --set optimizer.name=adam")
+    p.add_argument("--checkpoint-every", type=int, help="checkpoint every K subnets (sets checkpoint_every)")
+    p.add_argument("--resume", type=Path, help="resume from a checkpoint dir or a run dir's newest checkpoint")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.runtime.launch import StageFailed, train
+
+    flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
+             "seed": args.seed, "checkpoint_every": args.checkpoint_every}
+    config = load_config(args.config, args.overrides, flags)
+    try:
+        metrics = train(config, args.out, args.resume)
+    except StageFailed as exc:
+        print(f"naspipe: error: {exc}", file=sys.stderr)
+        return 1
+    if metrics is not None:
+        keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "wall_s")
+        print(json.dumps({k: metrics[k] for k in keys}))
+    return 0
