@@ -91,7 +91,7 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = (), flags: 
     if path is not None:
         data = _read_yaml(path)
     for item in overrides:
-        key, value = _parse_override(item)
+        key, value = parse_override(item)
         _set_dotted(data, key, value)
     for key, value in (flags or {}).items():
         if value is not None:
@@ -121,15 +121,24 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _parse_override(item: str) -> tuple[str, Any]:
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"optimizer.lr=0.1"`` -> ``("optimizer.lr", 0.1)``: the one parser of ``--set KEY=VALUE``.
+
+    The value is read as YAML, as in a config file: ``64`` is an int, ``[1, 2]`` a list,
+    ``null`` (or nothing after ``=``) is None, a bare word is a string. Text that is not valid
+    YAML is an error naming the key rather than a silent string, so ``--set betas=[0.9,``
+    never reaches the config as ``"[0.9,"``. Used by ``naspipe train`` and ``naspipe profile``.
+    """
     key, sep, text = item.partition("=")
-    if not sep or not key.strip():
-        raise UsageError(f"--set {item!r}: expected key=value")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(f"--set {item!r}: expected KEY=VALUE")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
-    return key.strip(), value
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        raise UsageError(f"--set {key}: cannot parse value {text!r} as YAML ({problem})") from None
+    return key, value
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
