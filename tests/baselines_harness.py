@@ -21,7 +21,7 @@ import torch
 
 from naspipe.config import Config, load_config
 from naspipe.runtime.job import Job, build_job
-from naspipe.runtime.launch import make_deterministic
+from naspipe.determinism import make_deterministic
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import Transport
@@ -63,7 +63,7 @@ def run_threads(config: Config, out: Path, stream: FixedStream | None = None) ->
     job = build_job(config)
     if stream is not None:
         job = with_stream(job, stream)
-    make_deterministic(config, CPU)
+    make_deterministic(config.threads, CPU)
     stages = config.stages
     boxes: list[queue.Queue[Message]] = [queue.Queue() for _ in range(stages)]
     barrier = threading.Barrier(stages)

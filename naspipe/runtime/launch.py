@@ -27,6 +27,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from naspipe.config import Config
+from naspipe.determinism import make_deterministic
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
@@ -114,7 +115,7 @@ def _spawned(index: int, config: Config, out_dir: Path, checkpoint: Path | None,
 def run_stage(place: Rank, config: Config, out_dir: Path, checkpoint: Path | None,
               init_method: str | None, job: Job | None = None) -> dict[str, Any] | None:
     device = pick_device(config, place.local_rank)
-    make_deterministic(config, device)
+    make_deterministic(config.threads, device)
     job = job or build_job(config)
     control = None
     if place.world > 1:
@@ -166,18 +167,6 @@ def pick_device(config: Config, local_rank: int) -> torch.device:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
-
-
-def make_deterministic(config: Config, device: torch.device) -> None:
-    """The settings of DESIGN.md section 2: fixed threads, deterministic kernels."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.set_num_threads(config.threads)
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
 
 
 class _Progress:
