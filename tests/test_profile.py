@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import os
+from pathlib import Path
 
 import pytest
 import torch
 
+from naspipe.cli import main
 from naspipe.profile import (
     FIELDS,
-    ProfileRow,
-    add_profile_parser,
     layer_costs_from_profile,
-    parse_set_options,
     profile_space,
     read_profile_csv,
     render_table5,
     write_profile_csv,
 )
+from naspipe.profile.cli import space_options
 from naspipe.space import make_space
 from naspipe.space.ops.seq import SEQ_OPS
 
@@ -120,18 +120,11 @@ def test_profile_without_recompute():
     assert all(r.bwd_ms > 0 for r in rows if r.role != "prefix")
 
 
-def _cli(argv):
-    parser = argparse.ArgumentParser()
-    add_profile_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
 def test_cli_writes_csv_and_table(tmp_path, capsys):
     out, table = tmp_path / "p.csv", tmp_path / "t.md"
     argv = ["profile", "--space", "cv.tiny", "--set", "blocks=3", "--set", "space.candidates=2", "--set", "reductions=0"]
     argv += ["--repeats", "1", "--warmup", "0", "--out", str(out), "--table", str(table)]
-    assert _cli(argv) == 0
+    assert main(argv) == 0
     rows = read_profile_csv(out)
     assert len(rows) == 4 and rows[0].repeats == 1
     assert table.read_text() == render_table5(rows)
@@ -144,15 +137,39 @@ def test_cli_writes_csv_and_table(tmp_path, capsys):
         (["--space", "nlp.nope"], "nlp.nope"),
         (["--space", "nlp.tiny", "--set", "dimm=3"], "dimm"),
         (["--space", "nlp.tiny", "--set", "novalue"], "novalue"),
+        (["--space", "nlp.tiny", "--set", "dim=[64,"], "dim"),
         (["--space", "nlp.tiny", "--repeats", "0"], "repeats"),
+        (["--space", "nlp.tiny", "--threads", "0"], "threads"),
     ],
 )
-def test_cli_errors_are_value_errors_naming_the_thing(tmp_path, argv, word):
+def test_cli_errors_are_one_line_naming_the_thing(tmp_path, capsys, argv, word):
     out = tmp_path / "p.csv"
-    with pytest.raises(ValueError, match=word) as info:
-        _cli(["profile", *argv, "--out", str(out), "--quiet"])
-    assert "\n" not in str(info.value)
+    assert main(["profile", *argv, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("naspipe: error: ") and word in err and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["unwritable", "proc", "under-a-file", "a-directory"])
+def test_cli_out_unwritable_names_the_given_path(tmp_path, capsys, where):
+    if where == "unwritable":
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user that can write anywhere (root)")
+        out = locked / "p.csv"
+    elif where == "proc":
+        if not Path("/proc/self").is_dir():
+            pytest.skip("no /proc")
+        out = Path("/proc/naspipe-test/p.csv")
+    elif where == "under-a-file":
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "p.csv"
+    else:
+        out = tmp_path
+    assert main(["profile", "--space", "cv.tiny", "--repeats", "1", "--warmup", "0", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"naspipe: error: --out {out}: ") and err.count("\n") == 1 and ".tmp" not in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
@@ -161,14 +178,14 @@ def test_cuda_unavailable_is_a_value_error():
         profile_space(make_space("cv.tiny"), device="cuda", **FAST)
 
 
-def test_parse_set_options_yaml_values():
-    assert parse_set_options(["dim=64", "data=null", "dropout=0.2", "space.name=abc"]) == {
+def test_space_options_accept_the_space_prefix():
+    assert space_options(["dim=64", "data=null", "dropout=0.2", "space.name=abc", "space.data2="]) == {
         "dim": 64,
         "data": None,
         "dropout": 0.2,
         "name": "abc",
+        "data2": None,
     }
-    assert isinstance(ProfileRow, type)
 
 
 def test_first_layer_backward_only_when_trained():

@@ -1,4 +1,4 @@
-"""Per-layer profiling: compute time, parameter copy time and bytes of every distinct layer.
+"""Measuring a space's layers: compute time, parameter copy time and bytes of every distinct layer.
 
 A supernet of 48 blocks x 72 candidates has 3,458 layers but only a few dozen distinct
 (operation, input shape) pairs: candidate copies share an op, and every block of one kind
@@ -16,65 +16,25 @@ records which positions and how many layers each row stands for. A row holds:
 - ``param_bytes`` (parameters and persistent buffers, i.e. the ``state_dict``) and
   ``act_bytes`` (bytes of the output state).
 
-``torch.cuda.synchronize()`` brackets every timed call on CUDA. Rows are written and read as
-CSV (:func:`write_profile_csv` is atomic); :func:`layer_costs_from_profile` turns them into
-one cost per supernet position for the partitioner, :func:`render_table5` into the
-markdown of the paper's Table 5.
+``torch.cuda.synchronize()`` brackets every timed call on CUDA. The row type and its CSV
+format are in :mod:`naspipe.profile.rows`.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import io
-import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_text
+from naspipe.profile.costs import position_layer_ids, position_role
+from naspipe.profile.rows import ProfileRow, positions_text
 from naspipe.space.base import LayerContext, SearchSpace, State
 
-ROLES = ("prefix", "block", "suffix")
 
-
-@dataclass(frozen=True)
-class ProfileRow:
-    """One distinct (operation, input shape) of a space, measured once."""
-
-    space: str
-    op: str
-    role: str  # prefix | block | suffix
-    positions: str  # positions this row covers, e.g. "1-24" or "11;22"
-    layers: int  # how many layers of the supernet this row stands for
-    in_shape: str  # e.g. "8x64x512:float32;8x64:int64"
-    device: str  # "cpu" or "cuda"
-    device_name: str
-    threads: int
-    recompute: bool
-    repeats: int
-    warmup: int
-    fwd_ms: float
-    bwd_ms: float
-    copy_ms: float
-    param_bytes: int
-    act_bytes: int
-
-    @property
-    def position_set(self) -> frozenset[int]:
-        return frozenset(_parse_positions(self.positions))
-
-
-FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ProfileRow))
-
-
-# -- measuring ------------------------------------------------------------------------------------
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -99,45 +59,6 @@ def _spec(state: State) -> str:
 
 def _state_bytes(state: State) -> int:
     return sum(t.numel() * t.element_size() for t in state)
-
-
-def _positions_text(positions: Iterable[int]) -> str:
-    ordered = sorted(set(positions))
-    runs: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        runs.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ";".join(runs)
-
-
-def _parse_positions(text: str) -> list[int]:
-    out: list[int] = []
-    for part in filter(None, text.split(";")):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
-def _position_layer_ids(space: SearchSpace, position: int) -> list[int]:
-    s = space.structure
-    n_prefix, n_blocks = len(s.prefix), len(s.blocks)
-    if position < n_prefix:
-        return [position]
-    if position < n_prefix + n_blocks:
-        block = position - n_prefix
-        return [s.layer_id(block, c) for c in range(len(s.blocks[block]))]
-    return [s.num_layers - len(s.suffix) + (position - n_prefix - n_blocks)]
-
-
-def _role(space: SearchSpace, position: int) -> str:
-    s = space.structure
-    if position < len(s.prefix):
-        return "prefix"
-    return "block" if position < len(s.prefix) + len(s.blocks) else "suffix"
 
 
 def _measure_layer(
@@ -249,7 +170,7 @@ def profile_space(
     outputs: dict[tuple[str, str], State] = {}
     state: State = tuple(t.to(dev) for t in space.batch(0, seed).inputs)
     for position in range(structure.num_positions):
-        ids = _position_layer_ids(space, position)
+        ids = position_layer_ids(structure, position)
         spec = _spec(state)
         for layer_id in ids:
             op = structure.op_name(layer_id)
@@ -267,7 +188,7 @@ def profile_space(
             )
             found[key] = {
                 "op": op,
-                "role": _role(space, position),
+                "role": position_role(structure, position),
                 "in_shape": spec,
                 "positions": {position},
                 "layers": 1,
@@ -293,7 +214,7 @@ def profile_space(
             space=space.name,
             op=e["op"],
             role=e["role"],
-            positions=_positions_text(e["positions"]),
+            positions=positions_text(e["positions"]),
             layers=e["layers"],
             in_shape=e["in_shape"],
             device=dev.type,
@@ -310,216 +231,3 @@ def profile_space(
         )
         for e in found.values()
     ]
-
-
-# -- CSV --------------------------------------------------------------------------------------
-def write_profile_csv(rows: Sequence[ProfileRow], path: str | os.PathLike[str]) -> None:
-    """Write ``rows`` as CSV atomically (temporary sibling file + ``os.replace``)."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        record = asdict(row)
-        for key in ("fwd_ms", "bwd_ms", "copy_ms"):
-            record[key] = repr(float(record[key]))  # round-trips exactly
-        writer.writerow(record)
-    atomic_write_text(Path(path), buffer.getvalue())
-
-
-_CONVERT: dict[str, Callable[[str], Any]] = {
-    "layers": int,
-    "threads": int,
-    "repeats": int,
-    "warmup": int,
-    "param_bytes": int,
-    "act_bytes": int,
-    "fwd_ms": float,
-    "bwd_ms": float,
-    "copy_ms": float,
-}
-
-
-def _to_bool(text: str) -> bool:
-    if text in ("True", "true", "1"):
-        return True
-    if text in ("False", "false", "0"):
-        return False
-    raise ValueError(text)
-
-
-def read_profile_csv(path: str | os.PathLike[str]) -> list[ProfileRow]:
-    """Rows of a CSV written by :func:`write_profile_csv`; UsageError naming the file/line on problems."""
-    target = Path(path)
-    try:
-        text = target.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{target}: cannot read profile ({exc.strerror or exc})") from exc
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [f for f in FIELDS if f not in (reader.fieldnames or [])]
-    if missing:
-        raise UsageError(f"{target}: not a profile CSV (missing column {missing[0]!r})")
-    rows = []
-    for line, record in enumerate(reader, start=2):
-        values: dict[str, Any] = {}
-        for name in FIELDS:
-            raw = record.get(name)
-            try:
-                if raw is None:
-                    raise ValueError("missing")
-                if name == "recompute":
-                    values[name] = _to_bool(raw)
-                else:
-                    values[name] = _CONVERT.get(name, str)(raw)
-            except ValueError:
-                raise UsageError(f"{target}:{line}: bad value {raw!r} in column {name!r}") from None
-        if values["role"] not in ROLES:
-            raise UsageError(f"{target}:{line}: bad value {values['role']!r} in column 'role'")
-        try:
-            _parse_positions(values["positions"])
-        except ValueError:
-            raise UsageError(f"{target}:{line}: bad value {values['positions']!r} in column 'positions'") from None
-        rows.append(ProfileRow(**values))
-    return rows
-
-
-# -- consumers --------------------------------------------------------------------------------
-def layer_costs_from_profile(space: SearchSpace, rows: Sequence[ProfileRow]) -> list[float]:
-    """One cost (ms, forward + backward task) per position of ``space``, for the partitioner.
-
-    Prefix and suffix positions cost their layer's row; a block costs the mean over its
-    candidates. Rows are matched by op name and position, so a profile of ``cv.c1`` also
-    serves ``cv.c2`` (same positions and ops). UsageError naming the op and position if the
-    profile does not cover the space.
-    """
-    by_op: dict[str, list[ProfileRow]] = {}
-    for row in rows:
-        by_op.setdefault(row.op, []).append(row)
-    covered: dict[str, list[tuple[frozenset[int], float]]] = {
-        op: [(r.position_set, r.fwd_ms + r.bwd_ms) for r in group] for op, group in by_op.items()
-    }
-    s = space.structure
-    costs: list[float] = []
-    for position in range(s.num_positions):
-        values = []
-        for layer_id in _position_layer_ids(space, position):
-            op = s.op_name(layer_id)
-            match = [cost for where, cost in covered.get(op, ()) if position in where]
-            if not match:
-                raise UsageError(f"profile has no row for op {op!r} at position {position} of space {space.name!r}")
-            values.append(match[0])
-        costs.append(sum(values) / len(values))
-    return costs
-
-
-def render_table5(rows: Sequence[ProfileRow]) -> str:
-    """Markdown table: op, input shape, layers, fwd ms, bwd ms, copy ms, param MiB."""
-    lines = [
-        "| op | input | layers | fwd ms | bwd ms | copy ms | param MiB |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        shape = r.in_shape.split(";")[0].split(":")[0]
-        lines.append(
-            f"| {r.op} | {shape} | {r.layers} | {r.fwd_ms:.3f} | {r.bwd_ms:.3f} | {r.copy_ms:.3f} "
-            f"| {r.param_bytes / 2**20:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-# -- command line -----------------------------------------------------------------------------
-def parse_set_options(items: Iterable[str]) -> dict[str, Any]:
-    """``["dim=64", "space.data=null"]`` -> ``{"dim": 64, "data": None}`` (values via yaml.safe_load)."""
-    import yaml
-
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip().removeprefix("space.")
-        if not sep or not key:
-            raise UsageError(f"--set expects key=value, got {item!r}")
-        try:
-            options[key] = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"--set {key}: cannot parse value {value!r} ({str(exc).splitlines()[0]})") from None
-    return options
-
-
-def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``profile`` subcommand; its handler is :func:`run_profile` (``func`` default)."""
-    parser = subparsers.add_parser(
-        "profile",
-        help="measure per-operation compute and copy time of a search space",
-        description="Profile each distinct (operation, input shape) of a search space once and write a CSV.",
-    )
-    parser.add_argument("--space", required=True, help="space preset, e.g. nlp.c1, cv.tiny")
-    parser.add_argument(
-        "--set", dest="set", action="append", default=[], metavar="KEY=VALUE", help="space option (YAML value)"
-    )
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--shared-policy", default="frozen", choices=("frozen", "causal"))
-    parser.add_argument(
-        "--recompute", action=argparse.BooleanOptionalAction, default=True, help="time tasks as with recomputation"
-    )
-    parser.add_argument("--out", required=True, help="CSV file to write")
-    parser.add_argument("--table", default=None, help="also write the markdown table (Table 5) here")
-    parser.add_argument("--quiet", action="store_true")
-    parser.set_defaults(func=run_profile)
-    return parser
-
-
-def run_profile(args: argparse.Namespace) -> int:
-    from naspipe.space import make_space
-
-    options: Mapping[str, Any] = parse_set_options(getattr(args, "set", None) or [])
-    try:
-        space = make_space(args.space, options, getattr(args, "shared_policy", "frozen"))
-    except UsageError:
-        raise
-    except ValueError as exc:  # unknown space / option from naspipe.space: same one-line message
-        raise UsageError(str(exc)) from None
-    quiet = getattr(args, "quiet", False)
-    report = None if quiet else (lambda text: print(f"profile {args.space}: {text}", flush=True))
-    device = getattr(args, "device", "cpu")
-    threads = getattr(args, "threads", None)
-    if threads is not None:
-        if threads < 1:
-            raise UsageError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    if device.startswith("cuda"):  # time the kernels training runs: deterministic ones
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.benchmark = False
-        torch.use_deterministic_algorithms(True)
-    rows = profile_space(
-        space,
-        device=device,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        seed=getattr(args, "seed", 0),
-        recompute=getattr(args, "recompute", True),
-        progress=report,
-    )
-    write_profile_csv(rows, args.out)
-    table = render_table5(rows)
-    if args.table:
-        atomic_write_text(args.table, table)
-    if not quiet:
-        print(table, end="")
-    return 0
-
-
-__all__ = [
-    "FIELDS",
-    "ProfileRow",
-    "add_profile_parser",
-    "layer_costs_from_profile",
-    "parse_set_options",
-    "profile_space",
-    "read_profile_csv",
-    "render_table5",
-    "run_profile",
-    "write_profile_csv",
-]

@@ -39,10 +39,7 @@ class Job:
 def build_job(config: Config) -> Job:
     if config.system not in POLICY_NAMES:
         raise UsageError(f"unknown system {config.system!r}; choose one of {', '.join(POLICY_NAMES)}")
-    try:
-        space = make_space(config.space_name, config.space_options, config.shared_policy)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    space = make_space(config.space_name, config.space_options, config.shared_policy)
     structure = space.structure
     if config.stages > structure.num_positions:
         raise UsageError(
@@ -81,9 +78,11 @@ def position_costs(space: SearchSpace, source: str) -> list[float]:
 def _profile_costs(space: SearchSpace, path: Path) -> list[float]:
     if not path.is_file():
         raise UsageError(f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV")
-    from naspipe.profile import layer_costs_from_profile, read_profile_csv
+    from naspipe.profile.costs import layer_costs_from_profile
+    from naspipe.profile.rows import read_profile_csv
 
+    rows = read_profile_csv(path)  # its errors name the file and line
     try:
-        return list(layer_costs_from_profile(space, read_profile_csv(path)))
-    except (KeyError, ValueError) as exc:
+        return layer_costs_from_profile(space, rows)
+    except UsageError as exc:
         raise UsageError(f"profile {path}: {exc}") from None

@@ -1,0 +1,64 @@
+"""Turn profile rows into one cost per supernet position, the partitioner's input.
+
+Torch-free: it needs only the space's structure, so the training job can price positions
+from a profile CSV without importing the measuring code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from naspipe.errors import UsageError
+from naspipe.profile.rows import ProfileRow
+from naspipe.space.structure import SpaceStructure
+
+if TYPE_CHECKING:
+    from naspipe.space.base import SearchSpace
+
+
+def position_layer_ids(structure: SpaceStructure, position: int) -> list[int]:
+    """The layer ids at ``position``: the shared layer, or every candidate of the block."""
+    s = structure
+    n_prefix, n_blocks = len(s.prefix), len(s.blocks)
+    if position < n_prefix:
+        return [position]
+    if position < n_prefix + n_blocks:
+        block = position - n_prefix
+        return [s.layer_id(block, c) for c in range(len(s.blocks[block]))]
+    return [s.num_layers - len(s.suffix) + (position - n_prefix - n_blocks)]
+
+
+def position_role(structure: SpaceStructure, position: int) -> str:
+    """``prefix``, ``block`` or ``suffix``: where ``position`` lies in the chain."""
+    if position < len(structure.prefix):
+        return "prefix"
+    return "block" if position < len(structure.prefix) + len(structure.blocks) else "suffix"
+
+
+def layer_costs_from_profile(space: SearchSpace, rows: Sequence[ProfileRow]) -> list[float]:
+    """One cost (ms, forward + backward task) per position of ``space``, for the partitioner.
+
+    Prefix and suffix positions cost their layer's row; a block costs the mean over its
+    candidates. Rows are matched by op name and position, so a profile of ``cv.c1`` also
+    serves ``cv.c2`` (same positions and ops). UsageError naming the op and position if the
+    profile does not cover the space.
+    """
+    by_op: dict[str, list[ProfileRow]] = {}
+    for row in rows:
+        by_op.setdefault(row.op, []).append(row)
+    covered: dict[str, list[tuple[frozenset[int], float]]] = {
+        op: [(r.position_set, r.fwd_ms + r.bwd_ms) for r in group] for op, group in by_op.items()
+    }
+    s = space.structure
+    costs: list[float] = []
+    for position in range(s.num_positions):
+        values = []
+        for layer_id in position_layer_ids(s, position):
+            op = s.op_name(layer_id)
+            match = [cost for where, cost in covered.get(op, ()) if position in where]
+            if not match:
+                raise UsageError(f"profile has no row for op {op!r} at position {position} of space {space.name!r}")
+            values.append(match[0])
+        costs.append(sum(values) / len(values))
+    return costs

@@ -1,0 +1,149 @@
+"""One profile row and its CSV format: the file ``naspipe profile`` writes and training reads.
+
+A row stands for one distinct (operation, input shape) of a space, measured once, and
+records which positions and how many layers it covers. Floats are written with ``repr`` so
+a CSV round trip is exact; the reader names the file, line and column of any bad value
+(a :class:`~naspipe.errors.UsageError`). No torch here: reading a profile is cheap.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from naspipe.errors import UsageError
+from naspipe.fsutil import atomic_write_text
+
+ROLES = ("prefix", "block", "suffix")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One distinct (operation, input shape) of a space, measured once."""
+
+    space: str
+    op: str
+    role: str  # prefix | block | suffix
+    positions: str  # positions this row covers, e.g. "1-24" or "11;22"
+    layers: int  # how many layers of the supernet this row stands for
+    in_shape: str  # e.g. "8x64x512:float32;8x64:int64"
+    device: str  # "cpu" or "cuda"
+    device_name: str
+    threads: int
+    recompute: bool
+    repeats: int
+    warmup: int
+    fwd_ms: float
+    bwd_ms: float
+    copy_ms: float
+    param_bytes: int
+    act_bytes: int
+
+    @property
+    def position_set(self) -> frozenset[int]:
+        return frozenset(parse_positions(self.positions))
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ProfileRow))
+
+
+def positions_text(positions: Iterable[int]) -> str:
+    """``{1, 2, 3, 7}`` -> ``"1-3;7"``: runs of consecutive positions."""
+    ordered = sorted(set(positions))
+    runs: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        runs.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ";".join(runs)
+
+
+def parse_positions(text: str) -> list[int]:
+    """Inverse of :func:`positions_text`; ValueError on malformed text."""
+    out: list[int] = []
+    for part in filter(None, text.split(";")):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def format_profile_csv(rows: Sequence[ProfileRow]) -> str:
+    """The CSV text of ``rows``: a header of :data:`FIELDS`, floats as exact ``repr``."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        record = asdict(row)
+        for key in ("fwd_ms", "bwd_ms", "copy_ms"):
+            record[key] = repr(float(record[key]))  # round-trips exactly
+        writer.writerow(record)
+    return buffer.getvalue()
+
+
+def write_profile_csv(rows: Sequence[ProfileRow], path: str | os.PathLike[str]) -> None:
+    """Write ``rows`` as CSV atomically (temporary sibling file + ``os.replace``)."""
+    atomic_write_text(Path(path), format_profile_csv(rows))
+
+
+_CONVERT: dict[str, Callable[[str], Any]] = {
+    "layers": int,
+    "threads": int,
+    "repeats": int,
+    "warmup": int,
+    "param_bytes": int,
+    "act_bytes": int,
+    "fwd_ms": float,
+    "bwd_ms": float,
+    "copy_ms": float,
+}
+
+
+def _to_bool(text: str) -> bool:
+    if text in ("True", "true", "1"):
+        return True
+    if text in ("False", "false", "0"):
+        return False
+    raise ValueError(text)
+
+
+def read_profile_csv(path: str | os.PathLike[str]) -> list[ProfileRow]:
+    """Rows of a CSV written by :func:`write_profile_csv`; UsageError naming the file/line on problems."""
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot read profile ({exc.strerror or exc})") from exc
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [f for f in FIELDS if f not in (reader.fieldnames or [])]
+    if missing:
+        raise UsageError(f"{target}: not a profile CSV (missing column {missing[0]!r})")
+    rows = []
+    for line, record in enumerate(reader, start=2):
+        values: dict[str, Any] = {}
+        for name in FIELDS:
+            raw = record.get(name)
+            try:
+                if raw is None:
+                    raise ValueError("missing")
+                if name == "recompute":
+                    values[name] = _to_bool(raw)
+                else:
+                    values[name] = _CONVERT.get(name, str)(raw)
+            except ValueError:
+                raise UsageError(f"{target}:{line}: bad value {raw!r} in column {name!r}") from None
+        if values["role"] not in ROLES:
+            raise UsageError(f"{target}:{line}: bad value {values['role']!r} in column 'role'")
+        try:
+            parse_positions(values["positions"])
+        except ValueError:
+            raise UsageError(f"{target}:{line}: bad value {values['positions']!r} in column 'positions'") from None
+        rows.append(ProfileRow(**values))
+    return rows
