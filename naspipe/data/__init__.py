@@ -9,7 +9,13 @@ one-line message naming the file, line, field or value.
 
 from __future__ import annotations
 
-from .batches import ImageBatch, ImageBatches, SampleOrder, TranslationBatch, TranslationBatches
+from .batches import (
+    ImageBatch,
+    ImageBatches,
+    SampleOrder,
+    TranslationBatch,
+    TranslationBatches,
+)
 from .dictionary import Dictionary
 from .errors import DataError
 from .fairseq_dir import inspect_fairseq_dir, prepare_fairseq
@@ -17,7 +23,6 @@ from .images import load_image, prepare_images
 from .indexed import IndexedDataset, IndexedDatasetWriter, write_indexed_dataset
 from .meta import TranslationMeta, load_meta, resolve_translation_dir
 from .metrics import bleu, topk_accuracy
-from .seeding import seed_mix
 from .synthetic import make_synthetic_images, make_synthetic_translation
 from .wmt import load_tokenizer, prepare_wmt, train_bpe
 
@@ -43,7 +48,6 @@ __all__ = [
     "prepare_images",
     "prepare_wmt",
     "resolve_translation_dir",
-    "seed_mix",
     "topk_accuracy",
     "train_bpe",
     "write_indexed_dataset",

@@ -5,7 +5,7 @@ step ``i`` does not depend on how many workers ran, in which order steps were
 scheduled, or whether training resumed from a checkpoint.  So there is no
 iterator state: the training stream is an endless sequence of samples where
 sample ``k`` is ``perm(k // N)[k % N]`` and ``perm(e)`` is a permutation of
-``range(N)`` drawn from ``PCG64(seed_mix(seed, e))``; batch ``i`` holds
+``range(N)`` drawn from ``PCG64(derive_seed(seed, e))``; batch ``i`` holds
 samples ``i*B .. i*B+B-1`` (a batch may straddle an epoch boundary, so no
 sample is ever skipped).
 
@@ -24,10 +24,11 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from naspipe.seeding import rng_for
+
 from .errors import DataError
 from .indexed import IndexedDataset
 from .meta import resolve_translation_dir
-from .seeding import rng_for
 
 B = TypeVar("B")
 

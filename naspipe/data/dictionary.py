@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_write_text
+from naspipe.fsutil import atomic_write_text
+
 from .errors import DataError
 
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"

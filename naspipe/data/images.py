@@ -27,8 +27,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .atomic import atomic_output_dir, atomic_write_json, check_replaceable
+from naspipe.fsutil import atomic_write_json
+
 from .errors import DataError
+from .output_dir import atomic_output_dir, check_replaceable
 from .progress import progress
 
 # torchvision.datasets.folder.IMG_EXTENSIONS, matched case-insensitively as torchvision does.

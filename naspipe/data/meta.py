@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_write_json
+from naspipe.fsutil import atomic_write_json
+
 from .dictionary import Dictionary
 from .errors import DataError
 
@@ -166,6 +167,8 @@ def resolve_translation_dir(data_dir: Path | str) -> TranslationMeta:
     data_dir = Path(data_dir)
     if (data_dir / META_NAME).is_file():
         return load_meta(data_dir)
-    from .fairseq_dir import inspect_fairseq_dir  # lazy: fairseq_dir builds on this module
+    from .fairseq_dir import (
+        inspect_fairseq_dir,  # lazy: fairseq_dir builds on this module
+    )
 
     return inspect_fairseq_dir(data_dir)

@@ -1,9 +1,10 @@
-"""Atomic file and directory outputs.
+"""The output directory of ``naspipe prepare``: built aside, renamed into place, never mixed.
 
-Data preparation can run for hours; a crash or Ctrl-C must never leave a
-half-written shard that a later training run silently consumes.  Single files
-are written to a temporary sibling and ``os.replace``d into place; multi-file
-outputs are built in a temporary sibling directory and renamed into place.
+Data preparation can run for hours; a crash or Ctrl-C must never leave a half-written
+shard that a later training run silently consumes. A dataset is built in a temporary
+sibling directory and renamed into place as a whole; an existing directory is replaced
+only when it is a previous naspipe dataset (it holds ``meta.json``). Single files are
+written with :mod:`naspipe.fsutil`, the package's one atomic file writer.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from naspipe.fsutil import atomic_write_bytes, atomic_write_json, atomic_write_text
-
 from .errors import DataError
-
-MARKER = "meta.json"
+from .meta import META_NAME as MARKER
 
 
 def check_replaceable(out_dir: Path | str) -> None:
@@ -65,4 +63,4 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["atomic_output_dir", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "check_replaceable"]
+__all__ = ["atomic_output_dir", "check_replaceable"]

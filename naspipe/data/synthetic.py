@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .atomic import atomic_output_dir, atomic_write_json, check_replaceable
+from naspipe.fsutil import atomic_write_json
+from naspipe.seeding import rng_for
+
 from .errors import DataError
-from .seeding import rng_for
+from .output_dir import atomic_output_dir, check_replaceable
 
 SRC_LANG, TGT_LANG = "src", "tgt"
 _SRC_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "du", "fi")

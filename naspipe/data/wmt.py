@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 import sentencepiece as spm
 
-from .atomic import atomic_output_dir, atomic_write_bytes, check_replaceable
+from naspipe.fsutil import atomic_write_bytes
+from naspipe.seeding import derive_seed
+
 from .dictionary import Dictionary
 from .errors import DataError
 from .indexed import IndexedDatasetWriter, best_fitting_dtype
 from .meta import SplitFiles, TranslationMeta
+from .output_dir import atomic_output_dir, check_replaceable
 from .progress import progress
-from .seeding import seed_mix
 from .textio import read_lines, sha256_file
 
 SPM_MODEL = "spm.model"
@@ -93,7 +95,7 @@ def prepare_wmt(
 def train_bpe(sentences: Sequence[str], vocab_size: int, seed: int = 0, character_coverage: float = 1.0) -> bytes:
     """Train a deterministic SentencePiece BPE model on ``sentences``; return the model bytes."""
     writer = io.BytesIO()
-    spm.set_random_generator_seed(seed_mix(seed, "spm") % (2**31))
+    spm.set_random_generator_seed(derive_seed(seed, "spm") % (2**31))
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
