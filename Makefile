@@ -27,7 +27,10 @@ artifact: $(STAMP)
 	$(PY) -m naspipe train --system csp --stages 4 --steps 64 --out $(OUT)/csp-4
 	$(PY) -m naspipe compare $(OUT)/sequential $(OUT)/csp-2 $(OUT)/csp-4
 
+# Lint and type checks first (pinned ruff and mypy, configured in pyproject.toml), then the tests.
 test: $(STAMP)
+	$(PY) -m ruff check naspipe tests benchmarks
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)

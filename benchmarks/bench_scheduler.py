@@ -91,7 +91,8 @@ def main() -> None:
             costs = steady_state(policy, args.rounds, args.queued, args.inflight, depth, picks)
             results[name] = (statistics.median(costs), statistics.quantiles(costs, n=10)[-1], statistics.median(picks))
         row_depth = statistics.median(depth)
-        row = {"candidates": candidates, "blocks": 48, "stages": 8, "median_queued": row_depth, "inflight": args.inflight,
+        row = {"candidates": candidates, "blocks": 48, "stages": 8, "median_queued": row_depth,
+               "inflight": args.inflight,
                "csp_median_us": results["csp"][0], "csp_p90_us": results["csp"][1],
                "literal_median_us": results["literal"][0], "literal_p90_us": results["literal"][1],
                "csp_forward_pick_us": results["csp"][2], "literal_forward_pick_us": results["literal"][2]}

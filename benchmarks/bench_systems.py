@@ -104,7 +104,8 @@ def main() -> None:
     space = ", ".join(f"{k}={v}" for k, v in settings.items())
     print(f"\nD={args.stages}, {args.steps} subnets, toy space ({space}), medians of {args.repeats} repeats, "
           f"{time.perf_counter() - started:.0f} s total\n")
-    print("| system | throughput (samples/s) | vs gpipe | bubble | exec (ms/subnet) | exec vs gpipe | swap MB | swap wait (s) |")
+    print("| system | throughput (samples/s) | vs gpipe | bubble | exec (ms/subnet) | exec vs gpipe "
+          "| swap MB | swap wait (s) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['system']} | {row['throughput_samples_s']:.1f} | {row['throughput_vs_gpipe']:.2f}x | "

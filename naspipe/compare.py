@@ -52,10 +52,11 @@ def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:
     for y in sorted(a.losses.keys() & b.losses.keys()):
         if a.losses[y] != b.losses[y]:
             problems.append(
-                f"first diverging step: subnet {y} (loss {float.fromhex(a.losses[y])!r} vs {float.fromhex(b.losses[y])!r})"
+                f"first diverging step: subnet {y} "
+                f"(loss {float.fromhex(a.losses[y])!r} vs {float.fromhex(b.losses[y])!r})"
             )
             break
-    differing = sorted(l for l in a.layers.keys() & b.layers.keys() if a.layers[l] != b.layers[l])
+    differing = sorted(lid for lid in a.layers.keys() & b.layers.keys() if a.layers[lid] != b.layers[lid])
     if differing:
         shown = ", ".join(map(str, differing[:5])) + (" ..." if len(differing) > 5 else "")
         problems.append(f"{len(differing)} layers differ, first: {shown}")
@@ -78,5 +79,6 @@ def compare_runs(paths: list[Path]) -> tuple[bool, str]:
             lines.append(f"DIFFERENT: {runs[0].path} vs {other.path}")
             lines.extend(f"  {p}" for p in problems)
         else:
-            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} ({len(other.losses)} losses, weights {other.weights[:16]})")
+            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} "
+                         f"({len(other.losses)} losses, weights {other.weights[:16]})")
     return same, "\n".join(lines)

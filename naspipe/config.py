@@ -63,7 +63,9 @@ class Config:
     threads: int = _doc("intra-op threads per stage process (fixed for reproducibility)", default=1)
     device: Literal["auto", "cpu", "cuda"] = _doc("device of the stage workers", default="auto")
     timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
-    progress: Literal["auto", "on", "off"] = _doc("progress bar on the last stage (auto: when a terminal)", default="auto")
+    progress: Literal["auto", "on", "off"] = _doc(
+        "progress bar on the last stage (auto: when a terminal)", default="auto"
+    )
 
     @property
     def space_name(self) -> str:
@@ -85,7 +87,9 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def load_config(path: Path | None = None, overrides: Sequence[str] = (), flags: Mapping[str, Any] | None = None) -> Config:
+def load_config(
+    path: Path | None = None, overrides: Sequence[str] = (), flags: Mapping[str, Any] | None = None
+) -> Config:
     """Defaults <- YAML file <- ``--set`` overrides <- explicit flags; validated."""
     data: dict[str, Any] = {}
     if path is not None:
@@ -166,13 +170,14 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 
 def _coerce(hint: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, key + ".")
     if origin is Literal:
         if isinstance(value, bool) and {"on", "off"} <= set(typing.get_args(hint)):
             value = "on" if value else "off"  # YAML reads a bare on/off as a boolean
         if value not in typing.get_args(hint):
-            raise UsageError(f"config key {key!r}: {value!r} is not one of {', '.join(map(str, typing.get_args(hint)))}")
+            choices = ", ".join(map(str, typing.get_args(hint)))
+            raise UsageError(f"config key {key!r}: {value!r} is not one of {choices}")
         return value
     if origin is dict:
         if not isinstance(value, dict):
@@ -182,7 +187,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise UsageError(f"config key {key!r}: expected a list of {len(args)} numbers, got {value!r}")
-        return tuple(_coerce(a, v, key) for a, v in zip(args, value))
+        return tuple(_coerce(a, v, key) for a, v in zip(args, value, strict=True))
     return _scalar(hint, value, key)
 
 
@@ -237,10 +242,10 @@ def describe_keys() -> str:
     def walk(cls: type, prefix: str) -> None:
         for f in dataclasses.fields(cls):
             hint = typing.get_type_hints(cls)[f.name]
-            if dataclasses.is_dataclass(hint):
+            if isinstance(hint, type) and dataclasses.is_dataclass(hint):
                 walk(hint, prefix + f.name + ".")
                 continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default_factory() if callable(f.default_factory) else f.default
             lines.append(f"  {prefix + f.name:<24} {f.metadata.get('help', '')} (default: {default})")
 
     walk(Config, "")

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import IO, Any
 
 
-def atomic_write(path: Path, write: Callable[[IO[Any]], None], binary: bool = False) -> None:
+def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
     """Write through ``write(fileobj)`` into a temp file beside ``path``, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})) as f:
+        f: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from naspipe.config import Config, load_config
-from naspipe.runtime.job import Job, build_job
 from naspipe.determinism import make_deterministic
+from naspipe.runtime.job import Job, build_job
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import Transport

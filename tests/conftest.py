@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from naspipe.partition import balanced_partition
 from naspipe.scheduling import PipelinePlan
 from naspipe.space.structure import SpaceStructure
@@ -19,7 +17,8 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def make_structure(blocks: int, candidates: int, shared_policy: str = "frozen") -> SpaceStructure:
-    return SpaceStructure("test", ("emb",), tuple(("op",) * candidates for _ in range(blocks)), ("head",), shared_policy)  # type: ignore[arg-type]
+    blocks_ops = tuple(("op",) * candidates for _ in range(blocks))
+    return SpaceStructure("test", ("emb",), blocks_ops, ("head",), shared_policy)  # type: ignore[arg-type]
 
 
 class FixedStream:
@@ -32,7 +31,9 @@ class FixedStream:
         return self._subnets[index]
 
 
-def make_plan(blocks: int, candidates: int, stages: int, seed: int = 0, stream=None, shared_policy: str = "frozen") -> PipelinePlan:
+def make_plan(
+    blocks: int, candidates: int, stages: int, seed: int = 0, stream=None, shared_policy: str = "frozen"
+) -> PipelinePlan:
     structure = make_structure(blocks, candidates, shared_policy)
     partition = balanced_partition([1.0] * structure.num_positions, stages)
     return PipelinePlan(structure, partition, stream or SubnetStream(structure.choices_per_block, seed))

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from naspipe.scheduling import Kind, PolicyOptions, format_schedule, make_policy
+from naspipe.scheduling import Kind, PolicyOptions, format_schedule
 from naspipe.scheduling.driver import Timeline, drive
 from naspipe.scheduling.policies import POLICIES, POLICY_NAMES
 from tests.conftest import FixedStream, make_plan
@@ -70,7 +70,7 @@ def test_gpipe_bubble_is_exactly_the_formula_in_virtual_time(stages, bulk):
     plan = make_plan(6, 3, stages, seed=1)
     for fwd, bwd in ((1.0, 2.0), (1.0, 3.0), (2.0, 2.0)):
         durations = {Kind.FORWARD: fwd, Kind.BACKWARD: bwd, Kind.UPDATE: 0.0}
-        timeline = run(plan, "gpipe", 3 * bulk, bulk=bulk, duration=lambda t: durations[t.kind])
+        timeline = run(plan, "gpipe", 3 * bulk, bulk=bulk, duration=lambda t, d=durations: d[t.kind])
         assert timeline.bubble_ratio() == pytest.approx((stages - 1) / (bulk + stages - 1), abs=1e-12)
 
 

@@ -112,7 +112,7 @@ def _pairs(seq: list[str]) -> bool:
     """``yF-yB`` pairs in increasing subnet order: the sequential access order."""
     ids = [int(a[:-1]) for a in seq[::2]]
     return (len(seq) % 2 == 0 and ids == sorted(ids)
-            and all(f == f"{y}F" and b == f"{y}B" for y, f, b in zip(ids, seq[::2], seq[1::2])))
+            and all(f == f"{y}F" and b == f"{y}B" for y, f, b in zip(ids, seq[::2], seq[1::2], strict=True)))
 
 
 def test_table4_access_orders(runs):
@@ -125,7 +125,7 @@ def test_table4_access_orders(runs):
             assert csp.accesses[layer] == seq.accesses[layer]
             assert _pairs(csp.accesses[layer])
     gpipe = read_access(runs[("gpipe", 2)])
-    interleaved = [l for l in trainable & gpipe.accesses.keys() if not _pairs(gpipe.accesses[l])]
+    interleaved = [lid for lid in trainable & gpipe.accesses.keys() if not _pairs(gpipe.accesses[lid])]
     assert interleaved, "BSP should interleave bulk-mates on some shared layer"
     seq_g = gpipe.accesses[interleaved[0]]
     i = next(i for i, a in enumerate(seq_g) if a.endswith("F") and seq_g[i + 1].endswith("F"))
@@ -133,13 +133,13 @@ def test_table4_access_orders(runs):
     assert a // 2 == b // 2  # bulk-mates (B = 2) ...
     assert seq_g[i:i + 4] == [f"{a}F", f"{b}F", f"{b}B", f"{a}B"]  # ... GPipe's reverse backward
     pipedream = read_access(runs[("pipedream", 4)])
-    assert any(not _pairs(pipedream.accesses[l]) for l in trainable & pipedream.accesses.keys())
+    assert any(not _pairs(pipedream.accesses[lid]) for lid in trainable & pipedream.accesses.keys())
 
 
 def test_access_order_command_renders_the_paper_row(runs, capsys):
     dirs = [runs[("sequential", 1)], runs[("csp", 4)], runs[("gpipe", 2)]]
-    layer = next(l for l in sorted(read_access(dirs[2]).accesses)
-                 if l in read_access(dirs[0]).trainable and not _pairs(read_access(dirs[2]).accesses[l]))
+    layer = next(lid for lid in sorted(read_access(dirs[2]).accesses)
+                 if lid in read_access(dirs[0]).trainable and not _pairs(read_access(dirs[2]).accesses[lid]))
     assert cli_main(["access-order", *map(str, dirs), "--layer", str(layer)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"Table 4: access order of layer {layer} (")
@@ -190,7 +190,7 @@ def _executor(space, layers, **kwargs):
 
 
 def _fresh(space):
-    return {l: space.build_layer(l, 0) for l in range(space.structure.num_layers)}
+    return {lid: space.build_layer(lid, 0) for lid in range(space.structure.num_layers)}
 
 
 def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
@@ -204,7 +204,7 @@ def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
     for y in (0, 1):
         ex.forward(y, ids, inputs[y])
         ex.backward(y, ids, None)
-        assert all(p.grad is None for l in ids for p in layers[l].parameters())  # nothing summed in .grad
+        assert all(p.grad is None for lid in ids for p in layers[lid].parameters())  # nothing summed in .grad
     ex.update(ids, subnet=0)
     ex.update(ids, subnet=1)
 
@@ -214,17 +214,18 @@ def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
     for y in (0, 1):
         ref.forward(y, ids, inputs[y])
         ref.backward(y, ids, None)
-        grads[y] = {l: [None if p.grad is None else p.grad.clone() for p in ref_layers[l].parameters()] for l in ids}
-        for l in ids:
-            for p in ref_layers[l].parameters():
+        grads[y] = {lid: [None if p.grad is None else p.grad.clone() for p in ref_layers[lid].parameters()]
+                    for lid in ids}
+        for lid in ids:
+            for p in ref_layers[lid].parameters():
                 p.grad = None
     for y in (0, 1):
-        for l in ids:
-            for p, g in zip(ref_layers[l].parameters(), grads[y][l]):
+        for lid in ids:
+            for p, g in zip(ref_layers[lid].parameters(), grads[y][lid], strict=True):
                 p.grad = g
-            ref_opt.step(l)
-    for l in ids:
-        for a, b in zip(layers[l].parameters(), ref_layers[l].parameters()):
+            ref_opt.step(lid)
+    for lid in ids:
+        for a, b in zip(layers[lid].parameters(), ref_layers[lid].parameters(), strict=True):
             assert torch.equal(a, b)
 
     summed_layers = _fresh(space)  # the wrong way (one step with the sum) is observably different
@@ -233,38 +234,39 @@ def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
         summed.forward(y, ids, inputs[y])
         summed.backward(y, ids, None)
     summed.update(ids)
-    trained = [l for l in ids if space.structure.is_trainable(l)]
-    assert any(not torch.equal(a, b) for l in trained
-               for a, b in zip(layers[l].parameters(), summed_layers[l].parameters()))
+    trained = [lid for lid in ids if space.structure.is_trainable(lid)]
+    assert any(not torch.equal(a, b) for lid in trained
+               for a, b in zip(layers[lid].parameters(), summed_layers[lid].parameters(), strict=True))
 
 
 def test_weight_stash_backward_uses_the_version_the_forward_read():
     space = _toy()
     ids = space.structure.position_layers(Subnet((0, 0)))
     inputs = space.batch(0, 0).inputs
-    trained = [l for l in ids if space.structure.is_trainable(l)]
+    trained = [lid for lid in ids if space.structure.is_trainable(lid)]
 
     plain_layers = _fresh(space)
     plain, _ = _executor(space, plain_layers, recompute=False, stash_gradients=True)
     plain.forward(0, ids, inputs)
     plain.backward(0, ids, None)
-    expected = {l: plain._grads[0][l] for l in trained}
+    expected = {lid: plain._grads[0][lid] for lid in trained}
 
     layers = _fresh(space)
     ex, _ = _executor(space, layers, recompute=False, stash_gradients=True, stash_weights=True)
     loss = ex.forward(0, ids, inputs)
-    before = {l: [p.detach().clone() for p in layers[l].parameters()] for l in trained}
+    before = {lid: [p.detach().clone() for p in layers[lid].parameters()] for lid in trained}
     with torch.no_grad():  # another subnet's update lands between this forward and backward
-        for l in trained:
-            for p in layers[l].parameters():
+        for lid in trained:
+            for p in layers[lid].parameters():
                 p.add_(1.0)
     ex.backward(0, ids, None)
-    for l in trained:
-        assert all(torch.equal(a, b) for a, b in zip(ex._grads[0][l], expected[l]))
-        assert all(p.grad is None for p in layers[l].parameters())
-        assert all(torch.equal(p, b + 1.0) for p, b in zip(layers[l].parameters(), before[l]))
+    for lid in trained:
+        assert all(torch.equal(a, b) for a, b in zip(ex._grads[0][lid], expected[lid], strict=True))
+        assert all(p.grad is None for p in layers[lid].parameters())
+        assert all(torch.equal(p, b + 1.0) for p, b in zip(layers[lid].parameters(), before[lid], strict=True))
     ex.update(tuple(ids), subnet=0)  # applied to the live parameters
-    assert all(not torch.equal(p, b + 1.0) for l in trained for p, b in zip(layers[l].parameters(), before[l]))
+    assert all(not torch.equal(p, b + 1.0)
+               for lid in trained for p, b in zip(layers[lid].parameters(), before[lid], strict=True))
     assert torch.isfinite(torch.as_tensor(loss)).all()
     with pytest.raises(ValueError, match="recomputation off"):
         _executor(space, _fresh(space), recompute=True, stash_gradients=True, stash_weights=True)

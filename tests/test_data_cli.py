@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from naspipe.data import DataError, load_meta
 from naspipe.cli import main
+from naspipe.data import DataError, load_meta
 from naspipe.data.cli import add_prepare_parser, run_prepare
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

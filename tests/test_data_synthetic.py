@@ -49,7 +49,8 @@ def test_prefix_stability(translation: Path, tmp_path: Path) -> None:
 
 def test_target_follows_the_rules(translation: Path) -> None:
     lexicon = make_lexicon(7)
-    to_tgt = {s: t for cls in ("adj", "noun", "verb", "prep") for s, t in zip(lexicon.src[cls], lexicon.tgt[cls])}
+    to_tgt = {s: t for cls in ("adj", "noun", "verb", "prep")
+              for s, t in zip(lexicon.src[cls], lexicon.tgt[cls], strict=True)}
     verbs = set(lexicon.src["verb"])
     for src, tgt in zip(_lines(translation / "valid.src"), _lines(translation / "valid.tgt"), strict=True):
         assert src.endswith(".") and tgt.endswith(".")
@@ -68,7 +69,8 @@ def test_bleu_is_meaningful(translation: Path) -> None:
     lexicon = make_lexicon(7)
     refs = _lines(translation / "valid.tgt")
     srcs = _lines(translation / "valid.src")
-    word_map = {s: t for cls in lexicon.src if cls != "det" for s, t in zip(lexicon.src[cls], lexicon.tgt[cls])}
+    word_map = {s: t for cls in lexicon.src if cls != "det"
+                for s, t in zip(lexicon.src[cls], lexicon.tgt[cls], strict=True)}
     word_map.update({s: lexicon.tgt_det[i][0] for i, s in enumerate(lexicon.src["det"])})
     monotone = [" ".join(word_map[w] for w in line[:-1].split()) + "." for line in srcs]
     assert bleu(refs, refs) == pytest.approx(100.0)
@@ -135,7 +137,8 @@ def test_classes_are_separable(tmp_path: Path) -> None:
         gray = x.mean(axis=1)
         gx, gy = np.diff(gray, axis=2)[:, :-1, :], np.diff(gray, axis=1)[:, :, :-1]
         magnitude, angle = np.hypot(gx, gy), np.arctan2(gy, gx) % np.pi
-        hog = np.stack([np.histogram(a, bins=8, range=(0, np.pi), weights=m)[0] for a, m in zip(angle, magnitude)])
+        hog = np.stack([np.histogram(a, bins=8, range=(0, np.pi), weights=m)[0]
+                        for a, m in zip(angle, magnitude, strict=True)])
         hog = hog / (hog.sum(1, keepdims=True) + 1e-9)
         stats = [x.mean(axis=(2, 3)) / 255, magnitude.mean((1, 2)) / 255, gray.std((1, 2)) / 255]
         return np.column_stack([hog, *stats]), np.load(tmp_path / "shards" / f"{split}.labels.npy")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -28,7 +29,7 @@ LINES = 2000
 
 def _head(path: Path, count: int) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8", newline="\n") as handle:
-        return [line.rstrip("\n") for _, line in zip(range(count), handle)]
+        return [line.rstrip("\n") for line in itertools.islice(handle, count)]
 
 
 def _read(path: Path) -> str:

@@ -15,7 +15,7 @@ def brute_force(costs: list[float], stages: int) -> float:
     best = float("inf")
     for cuts in itertools.combinations(range(1, len(costs)), stages - 1):
         bounds = (0, *cuts, len(costs))
-        best = min(best, max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])))
+        best = min(best, max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds)))
     return best
 
 

@@ -122,7 +122,8 @@ def test_profile_without_recompute():
 
 def test_cli_writes_csv_and_table(tmp_path, capsys):
     out, table = tmp_path / "p.csv", tmp_path / "t.md"
-    argv = ["profile", "--space", "cv.tiny", "--set", "blocks=3", "--set", "space.candidates=2", "--set", "reductions=0"]
+    argv = ["profile", "--space", "cv.tiny", "--set", "blocks=3", "--set", "space.candidates=2",
+            "--set", "reductions=0"]
     argv += ["--repeats", "1", "--warmup", "0", "--out", str(out), "--table", str(table)]
     assert main(argv) == 0
     rows = read_profile_csv(out)

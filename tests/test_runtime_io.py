@@ -24,7 +24,8 @@ def test_outputs_have_the_documented_shape(tmp_path):
     access = {int(r["layer"]): r["accesses"] for r in csv.DictReader((out / "access_order.csv").open())}
     assert access[0] == "-".join(f"{y}{k}" for y in range(6) for k in "FB")  # the shared embedding
     metrics = json.loads((out / "metrics.json").read_text())
-    for key in ("throughput_samples_s", "subnets_per_hour", "bubble_ratio", "bubble_ratio_per_stage", "wall_s", "exec_s", "config"):
+    for key in ("throughput_samples_s", "subnets_per_hour", "bubble_ratio", "bubble_ratio_per_stage", "wall_s",
+                "exec_s", "config"):
         assert key in metrics
     assert 0.0 <= metrics["bubble_ratio"] < 1.0 and len(metrics["bubble_ratio_per_stage"]) == 2
     assert metrics["config"]["stages"] == 2 and metrics["subnets"] == 6
@@ -70,7 +71,8 @@ def test_malformed_config_file_names_file_and_line(tmp_path):
 def test_help_documents_every_config_key():
     result = run_cli("train", "--help")
     assert result.returncode == 0
-    for key in ("optimizer.name", "max_inflight", "checkpoint_every", "shared_policy", "recompute", "--resume", "--set"):
+    for key in ("optimizer.name", "max_inflight", "checkpoint_every", "shared_policy", "recompute", "--resume",
+                "--set"):
         assert key in result.stdout
 
 
@@ -95,7 +97,10 @@ def test_wire_round_trip_is_exact():
                torch.randn(2, 2).to(torch.bfloat16), torch.tensor([True, False]))
     back = unpack(pack(Message("F", 7, tensors), torch.device("cpu")))
     assert back.kind == "F" and back.subnet == 7 and back.tensors[1] is None
-    for sent, got in zip(tensors, back.tensors):
+    for sent, got in zip(tensors, back.tensors, strict=True):
         if sent is not None:
             assert got.dtype == sent.dtype and got.shape == sent.shape
-            assert torch.equal(got.view(torch.uint8) if got.dtype != torch.bool else got, sent.view(torch.uint8) if sent.dtype != torch.bool else sent)
+            def raw(t: torch.Tensor) -> torch.Tensor:
+                return t if t.dtype == torch.bool else t.view(torch.uint8)
+
+            assert torch.equal(raw(got), raw(sent))

@@ -36,9 +36,11 @@ def test_csp_equals_sequential_for_d_1_to_4(tmp_path, seed, optimizer):
 
 def test_causal_shared_layers_and_no_recompute_keep_the_contract(tmp_path):
     causal = ["--set", "shared_policy=causal"]
-    assert_identical(train(tmp_path / "seq", "sequential", 1, 3, *causal), train(tmp_path / "csp3", "csp", 3, 3, *causal))
+    assert_identical(train(tmp_path / "seq", "sequential", 1, 3, *causal),
+                     train(tmp_path / "csp3", "csp", 3, 3, *causal))
     plain = ["--set", "recompute=false"]
-    assert_identical(train(tmp_path / "seq2", "sequential", 1, 4, *plain), train(tmp_path / "csp2", "csp", 2, 4, *plain))
+    assert_identical(train(tmp_path / "seq2", "sequential", 1, 4, *plain),
+                     train(tmp_path / "csp2", "csp", 2, 4, *plain))
 
 
 def test_sequential_over_stages_equals_one_stage(tmp_path):
@@ -69,7 +71,8 @@ def test_torchrun_launch_is_bitwise_the_local_one(tmp_path):
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
     reference = train(tmp_path / "seq", "sequential", 1, 2)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", port,
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                "--master-addr", "127.0.0.1", "--master-port", port,
                 "-m", "naspipe", "train", "--system", "csp", "--stages", "2", "--steps", "10", "--seed", "2",
                 "--out", str(tmp_path / "torchrun"), *SMALL]
     result = subprocess.run(torchrun, capture_output=True, text=True, timeout=180)

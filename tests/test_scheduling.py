@@ -65,7 +65,8 @@ class LiteralAlgorithm2(StagePolicy):
 
 def timelines(plan, n: int, options: PolicyOptions) -> tuple[Timeline, Timeline]:
     csp = drive(plan, "csp", n, options)
-    literal = drive(plan, "csp", n, options, policies=[LiteralAlgorithm2(k, plan, options) for k in range(plan.num_stages)])
+    literals = [LiteralAlgorithm2(k, plan, options) for k in range(plan.num_stages)]
+    literal = drive(plan, "csp", n, options, policies=literals)
     return csp, literal
 
 

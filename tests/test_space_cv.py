@@ -162,7 +162,7 @@ def test_seeded_init_identical_across_builds():
     first = [a.build_layer(lid, 8).state_dict() for lid in ids]
     torch.manual_seed(99)
     second = [b.build_layer(lid, 8).state_dict() for lid in ids]
-    for sa, sb in zip(first, second):
+    for sa, sb in zip(first, second, strict=True):
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     conv0 = a.structure.layer_id(0, 0)
     conv1 = a.structure.layer_id(1, 0)

@@ -143,9 +143,9 @@ def test_forward_and_recompute_agree_bitwise():
             first = layer(state, ctx(lid))
         leaves = tuple(x.detach().requires_grad_(x.is_floating_point()) for x in state)
         again = layer(leaves, ctx(lid, recompute=True))
-        assert all(torch.equal(a, b) for a, b in zip(first, again))
+        assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
         other = layer(state, ctx(lid, subnet=4))  # another subnet: another dropout mask
-        assert not all(torch.equal(a, b) for a, b in zip(first, other))
+        assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
 
 
 def test_seeded_init_identical_across_builds():
@@ -178,7 +178,7 @@ def test_shared_layers_frozen_or_trained_by_policy():
 def test_batches_are_pure_and_well_formed():
     space = make_space("nlp.tiny")
     a, b = space.batch(7, seed=3), space.batch(7, seed=3)
-    assert all(torch.equal(x, y) for x, y in zip(a.inputs + a.targets, b.inputs + b.targets))
+    assert all(torch.equal(x, y) for x, y in zip(a.inputs + a.targets, b.inputs + b.targets, strict=True))
     c = space.batch(8, seed=3)
     assert not torch.equal(a.inputs[0], c.inputs[0])
     src, tgt_in = a.inputs
@@ -249,7 +249,7 @@ SHARED_FAIRSEQ = __import__("pathlib").Path(__file__).resolve().parents[2] / "sh
 def test_dataset_batches_from_a_fairseq_directory():
     space = make_space("nlp.tiny", {"data": str(SHARED_FAIRSEQ), "vocab": 6008, "seq_len": 16, "batch_size": 4})
     a, b = space.batch(3, seed=1), space.batch(3, seed=1)
-    assert all(torch.equal(x, y) for x, y in zip(a.inputs + a.targets, b.inputs + b.targets))
+    assert all(torch.equal(x, y) for x, y in zip(a.inputs + a.targets, b.inputs + b.targets, strict=True))
     src, tgt_in = a.inputs
     (tgt_out,) = a.targets
     assert src.shape == tgt_in.shape == tgt_out.shape == (4, 16) and src.dtype == torch.long

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         "compare", description="Check runs are bitwise identical (exit 0) or report where they diverge (exit 1)."
     )

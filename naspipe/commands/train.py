@@ -10,7 +10,7 @@ from pathlib import Path
 from naspipe.config import describe_keys, load_config
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     from naspipe.scheduling import POLICY_NAMES
 
     p: argparse.ArgumentParser = sub.add_parser(

@@ -82,8 +82,7 @@ def _class_files(class_dir: Path) -> Iterator[Path]:
 def load_image(path: Path | str, resize: int, crop: int) -> np.ndarray:
     """Decode to RGB, resize the shorter side to ``resize`` (bilinear), centre-crop; (3, crop, crop) uint8."""
     with open(path, "rb") as handle:
-        image = Image.open(handle)
-        image = image.convert("RGB")
+        image = Image.open(handle).convert("RGB")
     image = _resize_shorter(image, resize)
     return np.asarray(_center_crop(image, crop), dtype=np.uint8).transpose(2, 0, 1).copy()
 
@@ -166,7 +165,9 @@ def _check_same_classes(root: Path, splits: Sequence[str], classes: list[str]) -
 
 def _write_split(out: Path, split: str, samples: list[Sample], resize: int, crop: int, workers: int) -> list[str]:
     """Fill the memory-mapped shard in order; return 'path (reason)' for each bad image."""
-    images = np.lib.format.open_memmap(out / f"{split}.images.npy", mode="w+", dtype=np.uint8, shape=(len(samples), 3, crop, crop))
+    images = np.lib.format.open_memmap(
+        out / f"{split}.images.npy", mode="w+", dtype=np.uint8, shape=(len(samples), 3, crop, crop)
+    )
     bad: list[str] = []
     jobs = [(str(sample.path), resize, crop) for sample in samples]
     for index, (array, error) in enumerate(progress(_decode_all(jobs, workers), len(jobs), split)):

@@ -16,7 +16,7 @@ from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write_text
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add the ``profile`` sub-command (run by :func:`run`)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "profile",

@@ -101,7 +101,7 @@ def _measure_layer(
 
     def backward() -> None:
         outs = layer(leaves(), again) if recompute else pending.pop()
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        pairs = [(o, g) for o, g in zip(outs, grads, strict=True) if g is not None and o.requires_grad]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         for p in layer.parameters():
@@ -134,7 +134,7 @@ def _measure_layer(
     else:
         host = [t.clone() for t in tensors]
         dest = [torch.empty_like(t) for t in tensors]
-        copy_ms = _median_ms(lambda: [d.copy_(h) for d, h in zip(dest, host)], repeats, warmup, device)
+        copy_ms = _median_ms(lambda: [d.copy_(h) for d, h in zip(dest, host, strict=True)], repeats, warmup, device)
     return fwd_ms, bwd_ms, copy_ms, param_bytes, _state_bytes(output), output
 
 

@@ -66,15 +66,15 @@ def _trainable(config: dict, ops: dict[int, str]) -> frozenset[int] | None:
                                config.get("shared_policy", "frozen")).structure
     except (KeyError, TypeError, ValueError):
         return None
-    return frozenset(l for l in ops if structure.is_trainable(l))
+    return frozenset(lid for lid in ops if structure.is_trainable(lid))
 
 
 def busiest_layer(run: RunAccess) -> int:
     """The trainable layer touched most often (lowest id on ties): a default worth showing."""
-    candidates = [l for l in run.accesses if run.trainable is None or l in run.trainable] or list(run.accesses)
+    candidates = [lid for lid in run.accesses if run.trainable is None or lid in run.trainable] or list(run.accesses)
     if not candidates:
         raise UsageError(f"{run.path}: access_order.csv lists no layer")
-    return min(candidates, key=lambda l: (-len(run.accesses[l]), l))
+    return min(candidates, key=lambda lid: (-len(run.accesses[lid]), lid))
 
 
 def order_row(run: RunAccess, layer: int, limit: int | None = None) -> str:

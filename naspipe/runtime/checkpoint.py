@@ -61,9 +61,11 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
     saved = manifest["config"]
     for key in MUST_MATCH:
         if _normal(saved.get(key)) != _normal(config.get(key)):
-            raise UsageError(f"--resume {checkpoint}: config key {key!r} is {config.get(key)!r}, checkpoint has {saved.get(key)!r}")
+            raise UsageError(f"--resume {checkpoint}: config key {key!r} is {config.get(key)!r}, "
+                             f"checkpoint has {saved.get(key)!r}")
     if config["steps"] <= manifest["step"]:
-        raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's step {manifest['step']}")
+        raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's "
+                         f"step {manifest['step']}")
 
 
 def _normal(value: Any) -> Any:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call
 
-from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 from naspipe.runtime.optim import LayerOptimizers
+from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 
 Grads = tuple[torch.Tensor | None, ...]
 ParamGrads = list[torch.Tensor | None]
@@ -115,7 +115,7 @@ class StageExecutor:
         """Step the layers' optimizers; with the gradient stash, with ``subnet``'s gradients."""
         if self.stash_gradients and subnet is None:
             raise ValueError("with the gradient stash, update needs the subnet whose gradients to apply")
-        stashed = self._grads.pop(subnet, {}) if self.stash_gradients else {}
+        stashed = self._grads.pop(subnet, {}) if self.stash_gradients and subnet is not None else {}
         for layer in layer_ids:
             if layer in stashed:
                 for param, grad in zip(_trainable(self.layers[layer]), stashed.pop(layer), strict=True):
@@ -188,7 +188,7 @@ def _trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def _backprop(unit: _Unit, grads: Grads) -> Grads:
-    pairs = [(o, g) for o, g in zip(unit.outputs, grads) if g is not None and o.requires_grad]
+    pairs = [(o, g) for o, g in zip(unit.outputs, grads, strict=False) if g is not None and o.requires_grad]
     if pairs:
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
     return tuple(t.grad if t.requires_grad else None for t in unit.inputs)

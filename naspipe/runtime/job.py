@@ -33,7 +33,7 @@ class Job:
 
     def stage_layer_ids(self, stage: int) -> list[int]:
         """Every layer (all candidates of its blocks) that lives on ``stage``."""
-        return [l for l in range(self.space.structure.num_layers) if self.plan.stage_of_layer(l) == stage]
+        return [lid for lid in range(self.space.structure.num_layers) if self.plan.stage_of_layer(lid) == stage]
 
 
 def build_job(config: Config) -> Job:
@@ -66,18 +66,20 @@ def position_costs(space: SearchSpace, source: str) -> list[float]:
     if source != "params":
         return _profile_costs(space, Path(source))
     cost_of_op = cache(lambda op, layer: space.layer_cost(layer))
-    costs = [cost_of_op(structure.op_name(l), l) for l in range(len(structure.prefix))]
+    costs = [cost_of_op(structure.op_name(lid), lid) for lid in range(len(structure.prefix))]
     for b, block in enumerate(structure.blocks):
         ids = [structure.layer_id(b, c) for c in range(len(block))]
-        costs.append(sum(cost_of_op(structure.op_name(l), l) for l in ids) / len(ids))
+        costs.append(sum(cost_of_op(structure.op_name(lid), lid) for lid in ids) / len(ids))
     first_suffix = structure.num_layers - len(structure.suffix)
-    costs += [cost_of_op(structure.op_name(l), l) for l in range(first_suffix, structure.num_layers)]
+    costs += [cost_of_op(structure.op_name(lid), lid) for lid in range(first_suffix, structure.num_layers)]
     return costs
 
 
 def _profile_costs(space: SearchSpace, path: Path) -> list[float]:
     if not path.is_file():
-        raise UsageError(f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV")
+        raise UsageError(
+            f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV"
+        )
     from naspipe.profile.costs import layer_costs_from_profile
     from naspipe.profile.rows import read_profile_csv
 

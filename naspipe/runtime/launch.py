@@ -35,7 +35,6 @@ from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import DistTransport, LocalTransport
 from naspipe.runtime.worker import StageWorker
 
-
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
 START_METHOD = "forkserver"
@@ -132,7 +131,8 @@ def run_stage(place: Rank, config: Config, out_dir: Path, checkpoint: Path | Non
 
 def _run_worker(place: Rank, job: Job, device: torch.device, out_dir: Path, checkpoint: Path | None,
                 control: Any) -> dict[str, Any] | None:
-    transport = DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1 else LocalTransport()
+    transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1
+                 else LocalTransport())
     shards = ckpt.load_shards(checkpoint) if checkpoint is not None else None
     barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
     bar = _progress_bar(job, shards) if place.rank == place.world - 1 else None

@@ -8,6 +8,7 @@ same single-tensor kernels run on every device and stage count.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from naspipe.config import OptimizerConfig
 
 
 class LayerOptimizers:
-    def __init__(self, layers: dict[int, nn.Module], config: OptimizerConfig) -> None:
+    def __init__(self, layers: Mapping[int, nn.Module], config: OptimizerConfig) -> None:
         self._layers = layers
         self._config = config
         self._optimizers: dict[int, torch.optim.Optimizer] = {}
@@ -28,7 +29,8 @@ class LayerOptimizers:
             return None
         c = self._config
         if c.name == "adam":
-            return torch.optim.Adam(params, lr=c.lr, betas=c.betas, eps=c.eps, weight_decay=c.weight_decay, foreach=False, fused=False)
+            return torch.optim.Adam(params, lr=c.lr, betas=c.betas, eps=c.eps, weight_decay=c.weight_decay,
+                                    foreach=False, fused=False)
         return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, foreach=False)
 
     def get(self, layer: int) -> torch.optim.Optimizer | None:

@@ -62,12 +62,13 @@ def _losses_csv(job: Job, losses: dict[int, float]) -> str:
 
 def _hashes_csv(job: Job, hashes: dict[int, tuple[int, str]]) -> str:
     op = job.space.structure.op_name
-    return _csv(["layer", "op", "stage", "sha256"], [[l, op(l), s, h] for l, (s, h) in sorted(hashes.items())])
+    return _csv(["layer", "op", "stage", "sha256"], [[lid, op(lid), s, h] for lid, (s, h) in sorted(hashes.items())])
 
 
 def _access_csv(job: Job, access: dict[int, list[str]]) -> str:
     op = job.space.structure.op_name
-    return _csv(["layer", "op", "accesses"], [[l, op(l), "-".join(seq)] for l, seq in sorted(access.items()) if seq])
+    rows = [[lid, op(lid), "-".join(seq)] for lid, seq in sorted(access.items()) if seq]
+    return _csv(["layer", "op", "accesses"], rows)
 
 
 def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device: str) -> dict[str, Any]:

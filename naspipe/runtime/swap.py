@@ -22,7 +22,7 @@ it, since copies are synchronous).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -33,7 +33,7 @@ Grads = list[torch.Tensor | None]
 
 
 class HostSwapper:
-    def __init__(self, layers: dict[int, nn.Module], optimizers: LayerOptimizers, device: torch.device) -> None:
+    def __init__(self, layers: Mapping[int, nn.Module], optimizers: LayerOptimizers, device: torch.device) -> None:
         self.device = device
         self.optimizers = optimizers
         self._pin = device.type == "cuda"
@@ -75,7 +75,9 @@ class HostSwapper:
         self._sync()
         self.swap_wait_s += time.perf_counter() - start
 
-    def evict(self, layers: Iterable[int], params: bool = False, buffers: bool = False, optimizer: bool = False) -> None:
+    def evict(
+        self, layers: Iterable[int], params: bool = False, buffers: bool = False, optimizer: bool = False
+    ) -> None:
         """Drop ``layers`` from the device, first writing back what the task changed."""
         start = time.perf_counter()
         for layer in layers:
@@ -114,7 +116,8 @@ class HostSwapper:
         return {name: host[canonical] for name, canonical in self._names[layer].items()}
 
     def stats(self) -> dict[str, float]:
-        return {"swap_bytes": float(self.swap_bytes), "swap_wait_s": self.swap_wait_s, "swap_fetches": float(self.fetches)}
+        return {"swap_bytes": float(self.swap_bytes), "swap_wait_s": self.swap_wait_s,
+                "swap_fetches": float(self.fetches)}
 
     # -- copies ---------------------------------------------------------------
     def _host_copy(self, tensor: torch.Tensor, count: bool = False) -> torch.Tensor:

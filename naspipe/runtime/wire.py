@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-_DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool, torch.uint8)}
+_DTYPES = {
+    str(d): d
+    for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool,
+              torch.uint8)
+}
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class StageWorker:
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
         self.needs = RuntimeNeeds.of(self.policy)
         self.recompute = config.recompute if self.needs.recompute is None else self.needs.recompute
-        self.layers = {l: job.space.build_layer(l, config.seed).to(device) for l in job.stage_layer_ids(stage)}
+        self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         self.losses: dict[int, float] = {}
         start, access = self._restore(resume) if resume else (0, {})
@@ -101,7 +101,8 @@ class StageWorker:
 
     def _extra(self) -> dict[str, float]:
         """Per-stage metrics beyond the recorder's (metrics.json ``stage_extra``)."""
-        swap = self.swapper.stats() if self.swapper is not None else {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
+        no_swap = {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
+        swap = self.swapper.stats() if self.swapper is not None else no_swap
         return {"recompute": float(self.recompute), **swap}
 
     def _announce_end(self, done: int) -> None:
@@ -205,7 +206,8 @@ class StageWorker:
         start = self.recorder.now()
         self.transport.send(dst, message)
         self._sync()
-        self.recorder.span("waiting", f"send {message.kind}{message.subnet}", start, self.recorder.now(), message.subnet)
+        self.recorder.span("waiting", f"send {message.kind}{message.subnet}", start, self.recorder.now(),
+                           message.subnet)
 
     def _swap(self, task: Task, layers: tuple[int, ...], fetch: bool) -> None:
         """VPipe: fetch the task's layers before it; after it, write back what it changed and evict.
@@ -249,9 +251,9 @@ class StageWorker:
     def _shard(self, step: int) -> dict[str, Any]:
         return {
             "step": step,
-            "layers": {str(l): {k: v.detach().cpu() for k, v in self._state(l).items()} for l in self.layers},
-            "optimizers": {str(l): s for l, s in self.optimizers.state_dicts().items()},
-            "access": {str(l): list(v) for l, v in self.recorder.access.items()},
+            "layers": {str(lid): {k: v.detach().cpu() for k, v in self._state(lid).items()} for lid in self.layers},
+            "optimizers": {str(lid): s for lid, s in self.optimizers.state_dicts().items()},
+            "access": {str(lid): list(v) for lid, v in self.recorder.access.items()},
             "losses": {str(y): v for y, v in self.losses.items()},
         }
 

@@ -17,6 +17,7 @@ from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
 
 Duration = Callable[[Task], float]
+OnStart = Callable[[Task, StagePolicy], None]
 
 
 class DeadlockError(RuntimeError):
@@ -65,7 +66,7 @@ def drive(
     options: PolicyOptions | None = None,
     duration: Duration = unit_durations,
     policies: list[StagePolicy] | None = None,
-    on_start: Callable[[Task, StagePolicy], None] | None = None,
+    on_start: OnStart | None = None,
 ) -> Timeline:
     """Run ``num_subnets`` subnets through ``plan`` under ``system``; returns the timeline.
 
@@ -79,7 +80,7 @@ def drive(
 
 
 class _Driver:
-    def __init__(self, stages: list[StagePolicy], n: int, duration: Duration, on_start) -> None:
+    def __init__(self, stages: list[StagePolicy], n: int, duration: Duration, on_start: OnStart | None) -> None:
         self.stages, self.n, self.duration, self.on_start = stages, n, duration, on_start
         self.timeline = Timeline([[] for _ in stages])
         self.busy_until = [0.0] * len(stages)

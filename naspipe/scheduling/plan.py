@@ -33,7 +33,7 @@ class PipelinePlan:
         return layers[positions.start : positions.stop]
 
     def _trainable_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
-        return tuple(l for l in self.stage_layers(subnet, stage) if self.structure.is_trainable(l))
+        return tuple(lid for lid in self.stage_layers(subnet, stage) if self.structure.is_trainable(lid))
 
     def stage_of_layer(self, layer: int) -> int:
         return self.partition.stage_of_position(self.structure.position_of(layer))

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from enum import Enum
+from enum import StrEnum
 from typing import NamedTuple
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
+    """Prints as its letter: ``str(Kind.FORWARD) == "F"``."""
+
     FORWARD = "F"
     BACKWARD = "B"
     UPDATE = "U"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _TASK_RE = re.compile(r"^(\d+)([FBU])(\d+)$")
@@ -38,7 +37,7 @@ class Task(NamedTuple):
         return f"{self.stage}{self.kind.value}{self.subnet}"
 
     @classmethod
-    def parse(cls, text: str) -> Task:  # type: ignore[override]
+    def parse(cls, text: str) -> Task:
         match = _TASK_RE.match(text.strip())
         if match is None:
             raise ValueError(f"not a task: {text!r} (expected <stage><F|B|U><subnet>, e.g. 2F5)")

@@ -37,10 +37,10 @@ from torch import nn
 
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
-from naspipe.space.registry import register_preset
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.ops.vision import IMAGE_OPS, image_op_macs, make_image_op
+from naspipe.space.registry import register_preset
 from naspipe.space.structure import SpaceStructure
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -111,7 +111,9 @@ class CvSpace(SearchSpace):
 
     def _structure(self) -> SpaceStructure:
         o = self.options
-        self.require_positive_ints("blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size")
+        self.require_positive_ints(
+            "blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size"
+        )
         stride = o["stem_stride"]
         if stride & (stride - 1):
             raise UsageError(f"space {self.name!r}: option 'stem_stride' must be a power of 2, got {stride}")
@@ -156,7 +158,9 @@ class CvSpace(SearchSpace):
         block = s.block_of(layer)
         assert block is not None
         c_in, c_out, stride, _ = self.block_shape(block)
-        return ChoiceBlock(op.removeprefix("reduce."), c_in, c_out, stride, float(o["dropout"]), float(o["bn_momentum"]))
+        return ChoiceBlock(
+            op.removeprefix("reduce."), c_in, c_out, stride, float(o["dropout"]), float(o["bn_momentum"])
+        )
 
     def layer_cost(self, layer: int) -> float:
         """Forward multiply-accumulates per batch (no layer is built)."""
@@ -220,7 +224,8 @@ class CvSpace(SearchSpace):
             )
         if int(labels.max()) >= o["classes"]:
             raise UsageError(
-                f"space {self.name!r}: image shards {o['data']} have label {int(labels.max())} >= classes {o['classes']}"
+                f"space {self.name!r}: image shards {o['data']} have label {int(labels.max())} "
+                f">= classes {o['classes']}"
             )
         mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
         std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)

@@ -45,10 +45,10 @@ from torch import nn
 
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
-from naspipe.space.registry import register_preset
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.ops.seq import SEQ_OPS, CrossAttention, make_seq_op, parse_seq_op, seq_op_macs
+from naspipe.space.registry import register_preset
 from naspipe.space.structure import SpaceStructure
 
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
@@ -153,7 +153,9 @@ class NlpSpace(SearchSpace):
         o = self.options
         self.require_positive_ints("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size")
         if o["blocks"] < 2:
-            raise UsageError(f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}")
+            raise UsageError(
+                f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}"
+            )
         if o["seq_len"] < 3:
             raise UsageError(f"space {self.name!r}: option 'seq_len' must be >= 3, got {o['seq_len']}")
         if o["vocab"] <= FIRST_WORD + 1:

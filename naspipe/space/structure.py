@@ -86,15 +86,17 @@ class SpaceStructure:
             return self.prefix[layer]
         if layer >= self.num_layers - len(self.suffix):
             return self.suffix[layer - (self.num_layers - len(self.suffix))]
-        block = self.block_of(layer)
+        block = self._candidate_block(layer)
         return self.blocks[block][layer - self._block_offsets[block]]
 
     def block_of(self, layer: int) -> int | None:
         """The choice block of a candidate layer; None for shared layers."""
-        if self.is_shared(layer):
-            return None
+        return None if self.is_shared(layer) else self._candidate_block(layer)
+
+    def _candidate_block(self, layer: int) -> int:
+        """The block holding candidate ``layer`` (binary search: the last offset <= ``layer``)."""
         lo, hi = 0, len(self._block_offsets) - 1
-        while lo < hi:  # last offset <= layer
+        while lo < hi:
             mid = (lo + hi + 1) // 2
             if self._block_offsets[mid] <= layer:
                 lo = mid

@@ -111,7 +111,9 @@ class ToySpace(SearchSpace):
         o = self.options
         self.require_positive_ints("blocks", "candidates", "dim", "heads", "vocab", "seq_len", "batch_size")
         if o["dim"] % o["heads"]:
-            raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})")
+            raise UsageError(
+                f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})"
+            )
         block = tuple(TOY_OPS[c % len(TOY_OPS)] for c in range(o["candidates"]))
         return SpaceStructure(self.name, ("embedding",), (block,) * o["blocks"], ("head",), self.shared_policy)
 

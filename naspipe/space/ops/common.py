@@ -40,6 +40,11 @@ class BatchNorm(nn.Module):
     ``nn.BatchNorm`` training step on the same input. Eval mode uses the running statistics.
     """
 
+    # buffers registered in __init__, declared for the type checker
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    num_batches_tracked: torch.Tensor
+
     def __init__(self, channels: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
         super().__init__()
         self.momentum = float(momentum)
