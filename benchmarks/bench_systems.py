@@ -13,6 +13,13 @@ over stages (vpipe only).
 
     .venv/bin/python benchmarks/bench_systems.py [--stages 2] [--steps 32] [--repeats 3]
         [--set space.dim=64 ...] [--json FILE] [--keep DIR]
+
+``--gpipe-bubble`` instead measures the wall-clock bubble of GPipe at D = B = 2 on a
+compute-heavy space (all candidates the same op, uniform partition, 16 blocks per stage so
+that compute dwarfs the per-message cost) and prints it beside the theory (D-1)/(B+D-1) =
+1/3. The exact value of that schedule is a test in virtual time
+(tests/test_baselines_runtime.py); on a real machine it is a measurement, so it is printed
+here and never asserted.
 """
 
 from __future__ import annotations
@@ -56,6 +63,25 @@ def one_run(system: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     }
 
 
+BUBBLE_SPACE = ("space.candidates=1", "space.blocks=32", "space.dim=256", "space.dropout=0.0",
+                "partition_costs=uniform")
+
+
+def gpipe_bubble(repeats: int, seed: int) -> None:
+    """Print the wall-clock bubble of GPipe at D = B = 2 (median of ``repeats`` runs) and the theory."""
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="naspipe-bubble-") as root:
+        for r in range(repeats):
+            config = load_config(None, BUBBLE_SPACE, {"system": "gpipe", "stages": 2, "steps": 16, "seed": seed,
+                                                      "progress": "off"})
+            metrics = train(config, Path(root) / str(r))
+            assert metrics is not None
+            ratios.append(float(metrics["bubble_ratio"]))
+            print(f"repeat {r} gpipe D=2 B=2 bubble {ratios[-1]:.4f}", file=sys.stderr, flush=True)
+    print(f"gpipe D=2 B=2 wall-clock bubble: median {statistics.median(ratios):.4f} over {repeats} runs "
+          f"(min {min(ratios):.4f}, max {max(ratios):.4f}); theory (D-1)/(B+D-1) = {1 / 3:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", type=int, default=2)
@@ -67,7 +93,12 @@ def main() -> None:
                         help="config override on top of the tiny space (repeatable)")
     parser.add_argument("--json", type=Path, help="write raw runs and medians here")
     parser.add_argument("--keep", type=Path, help="keep the run directories under DIR")
+    parser.add_argument("--gpipe-bubble", action="store_true",
+                        help="only measure GPipe's wall-clock bubble at D = B = 2 against the theory")
     args = parser.parse_args()
+    if args.gpipe_bubble:
+        gpipe_bubble(args.repeats, args.seed)
+        return
     systems = args.systems.split(",")
     if BASELINE not in systems:
         parser.error(f"--systems must include {BASELINE} (ratios are against it)")

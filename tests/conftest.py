@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from naspipe.partition import balanced_partition
 from naspipe.scheduling import PipelinePlan
@@ -44,3 +47,17 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "naspipe", *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=ROOT)
+
+
+def forbid_module_construction(monkeypatch: pytest.MonkeyPatch, space: Any) -> None:
+    """Any torch module built from here on (by the space or by torch) fails the test."""
+    import torch
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a layer was built")
+
+    monkeypatch.setattr(torch.nn.Module, "__init__", refuse)
+    monkeypatch.setattr(space, "build_layer", refuse)
+    monkeypatch.setattr(space, "make_layer", refuse)
+    with pytest.raises(AssertionError, match="a layer was built"):  # the guard is live
+        torch.nn.Linear(2, 2)

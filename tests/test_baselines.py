@@ -8,7 +8,7 @@ import random
 import pytest
 
 from naspipe.scheduling import Kind, PolicyOptions, format_schedule
-from naspipe.scheduling.driver import Timeline, drive
+from naspipe.scheduling.driver import DeadlockError, Timeline, drive
 from naspipe.scheduling.policies import POLICIES, POLICY_NAMES
 from tests.conftest import FixedStream, make_plan
 
@@ -61,7 +61,14 @@ def test_bsp_bulk_reads_one_version_and_updates_in_subnet_order(system, stages, 
 
 def test_bsp_without_the_stream_end_needs_whole_bulks():
     plan = make_plan(6, 3, 3)
-    assert drive(plan, "gpipe", 9, PolicyOptions(bulk_size=3)).makespan > 0  # 3 whole bulks: no hint needed
+    options = PolicyOptions(bulk_size=3)
+    whole = drive(plan, "gpipe", 9, options, announce_end=False)  # 3 whole bulks: no hint needed
+    assert whole.makespan == drive(plan, "gpipe", 9, options).makespan
+    assert all(sum(s.task.kind is Kind.UPDATE for s in slots) == 9 for slots in whole.stages)
+    # the control: a cut-short last bulk is never flushed unless the end is announced
+    with pytest.raises(DeadlockError, match="stalled"):
+        drive(plan, "gpipe", 8, options, announce_end=False)
+    assert all(sum(s.task.kind is Kind.UPDATE for s in slots) == 8 for slots in drive(plan, "gpipe", 8, options).stages)
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4, 6])
@@ -112,11 +119,14 @@ def test_pipedream_shape_holds_at_any_depth_and_timing(stages):
                 assert tasks[i + 1] == t.replace("B", "U")
 
 
-def test_pipedream_without_the_stream_end_does_not_stall():
+@pytest.mark.parametrize("bwd", [1.0, 2.0, 3.0])
+def test_pipedream_without_the_stream_end_does_not_stall(bwd):
+    durations = {Kind.FORWARD: 1.0, Kind.BACKWARD: bwd, Kind.UPDATE: 0.0}
     for stages in (2, 3, 4):
         plan = make_plan(6, 3, stages)
-        timeline = drive(plan, "pipedream", 7)
+        timeline = drive(plan, "pipedream", 7, duration=lambda t, d=durations: d[t.kind], announce_end=False)
         assert all(sum(s.task.kind is Kind.UPDATE for s in slots) == 7 for slots in timeline.stages)
+        assert all(sum(s.task.kind is Kind.FORWARD for s in slots) == 7 for slots in timeline.stages)
 
 
 def test_csp_without_scheduler_runs_one_subnet_at_a_time():

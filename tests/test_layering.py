@@ -29,6 +29,13 @@ def test_pure_core_imports_without_torch() -> None:
     assert not _loaded_after_import(PURE_MODULES, "torch")
 
 
+def test_profile_readers_import_without_torch() -> None:
+    """The training job reads a profile CSV and its costs without the torch measuring code."""
+    readers = ("naspipe.profile", "naspipe.profile.rows", "naspipe.profile.costs", "naspipe.profile.table")
+    assert not _loaded_after_import(readers, "torch")
+    assert not _loaded_after_import(readers, "naspipe.profile.measure")
+
+
 def test_probe_detects_torch() -> None:
     """The check above can fail: importing a torch-backed module is seen."""
     assert _loaded_after_import(("naspipe.space.base",), "torch")

@@ -14,6 +14,7 @@ from naspipe.space.base import LayerContext
 from naspipe.space.ops.common import BatchNorm
 from naspipe.space.ops.vision import IMAGE_OPS
 from naspipe.subnet import Subnet
+from tests.conftest import forbid_module_construction
 
 ALL_OPS = {"candidates": 10}
 
@@ -188,12 +189,15 @@ def test_bad_options_name_the_option():
         make_space("cv.tiny", {"colour": 1})
 
 
-def test_analytic_layer_cost_without_building():
+def test_analytic_layer_cost_without_building(monkeypatch):
     space = make_space("cv.c1")
     s = space.structure
-    conv = space.layer_cost(s.layer_id(0, 0))
-    pool = space.layer_cost(s.layer_id(0, IMAGE_OPS.index("avgpool3x3")))
-    assert conv > pool > 1 and space.layer_cost(0) > 1 and space.layer_cost(s.num_layers - 1) > 1
+    forbid_module_construction(monkeypatch, space)
+    every = [space.layer_cost(lid) for lid in range(s.num_layers)]  # no layer is built
+    assert len(every) == s.num_layers and all(c > 0 for c in every)
+    conv = every[s.layer_id(0, 0)]
+    pool = every[s.layer_id(0, IMAGE_OPS.index("avgpool3x3"))]
+    assert conv > pool > 1 and every[0] > 1 and every[-1] > 1
 
 
 def test_loss_decreases_and_accuracy_rises_for_a_fixed_subnet():

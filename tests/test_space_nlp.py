@@ -7,9 +7,10 @@ import torch
 
 from naspipe.space import make_space, space_names
 from naspipe.space.base import LayerContext
-from naspipe.space.nlp import BOS, EOS, PAD, NlpSpace
+from naspipe.space.nlp import BOS, EOS, PAD
 from naspipe.space.ops.seq import SEQ_OPS
 from naspipe.subnet import Subnet
+from tests.conftest import forbid_module_construction
 
 ALL_OPS = {"candidates": 24, "dropout": 0.1}
 
@@ -203,11 +204,13 @@ def test_bad_options_name_the_option():
         make_space("nlp.tiny", {"blocks": 1})
 
 
-def test_analytic_layer_cost_without_building():
+def test_analytic_layer_cost_without_building(monkeypatch):
     space = make_space("nlp.c1")
     s = space.structure
-    costs = [space.layer_cost(lid) for lid in (0, s.layer_id(0, 0), s.layer_id(30, 0), s.num_layers - 1)]
-    assert all(c > 1 for c in costs)
+    forbid_module_construction(monkeypatch, space)
+    every = [space.layer_cost(lid) for lid in range(s.num_layers)]  # 3,458 layers, none built
+    assert len(every) == s.num_layers and all(c > 1 for c in every)
+    costs = [every[lid] for lid in (0, s.layer_id(0, 0), s.layer_id(30, 0), s.num_layers - 1)]
     assert costs[2] > costs[1]  # a decoder block adds cross-attention
 
 
@@ -236,10 +239,14 @@ def test_label_smoothed_loss_ignores_padding():
     batch = space.batch(0, seed=0)
     (target,) = batch.targets
     logits = torch.randn(*target.shape, space.options["vocab"])
+    pad = target == PAD
+    assert pad.any() and not pad.all()  # the batch has both padding and words
     changed = logits.clone()
-    changed[target == PAD] += 100 * torch.randn_like(changed[target == PAD])
+    changed[pad] += 100 * torch.randn_like(changed[pad])
     assert torch.equal(space.loss((logits,), batch), space.loss((changed,), batch))
-    assert isinstance(space, NlpSpace)
+    words = logits.clone()
+    words[~pad] += 100 * torch.randn_like(words[~pad])
+    assert not torch.equal(space.loss((logits,), batch), space.loss((words,), batch))
 
 
 SHARED_FAIRSEQ = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared/data/fairseq-bin-multi30k-sample"

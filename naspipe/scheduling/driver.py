@@ -67,15 +67,19 @@ def drive(
     duration: Duration = unit_durations,
     policies: list[StagePolicy] | None = None,
     on_start: OnStart | None = None,
+    announce_end: bool = True,
 ) -> Timeline:
     """Run ``num_subnets`` subnets through ``plan`` under ``system``; returns the timeline.
 
     ``on_start`` sees every task as it starts (tests check the version rule there).
+    ``announce_end`` False keeps the stream's end from the policies (as the runtime does
+    when it does not know it), so tests can check how a policy copes without it.
     """
     options = options or PolicyOptions()
     stages = policies or [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
-    for policy in stages:
-        policy.stream_ends_at(num_subnets)
+    if announce_end:
+        for policy in stages:
+            policy.stream_ends_at(num_subnets)
     return _Driver(stages, num_subnets, duration, on_start).run()
 
 
