@@ -11,6 +11,7 @@ would silently move layers between stages. Torch-free: only JSON and the pure st
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def read_partition_file(path: Path) -> PartitionFile:
             raise
         raise UsageError(f"partition file {path}: field 'stage_costs' must be a list of numbers") from None
     bounds = data.bounds
-    if len(bounds) != data.stages + 1 or bounds[0] != 0 or any(a >= b for a, b in zip(bounds, bounds[1:])):
+    if len(bounds) != data.stages + 1 or bounds[0] != 0 or any(a >= b for a, b in pairwise(bounds)):
         raise UsageError(f"partition file {path}: field 'bounds' {list(bounds)} is not 0 < ... increasing "
                          f"with {data.stages + 1} entries")
     if len(data.stage_costs) != data.stages:
