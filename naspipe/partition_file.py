@@ -11,8 +11,8 @@ would silently move layers between stages. Torch-free: only JSON and the pure st
 from __future__ import annotations
 
 import json
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
