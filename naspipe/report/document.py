@@ -1,0 +1,51 @@
+"""``report.md``: every table and figure with its reading, and the machine the numbers come from.
+
+The text is generated from the inputs alone (no dates, no host names), so the same results
+give the same file byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+from naspipe.report.inputs import ReportInputs
+from naspipe.report.section import Figure, Table
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine_text(inputs: ReportInputs) -> str:
+    devices = sorted({r.device for r in inputs.runs}) or ["none"]
+    return (f"Machine: {cpu_model()} ({os.cpu_count()} logical CPUs); run devices from metrics.json: "
+            f"{', '.join(devices)}. Every timing below (Table 2, Figures 4, 5, 7) was measured on this machine, "
+            "not on the paper's GPU cluster; only ratios between systems carry over.")
+
+
+def summary_text(inputs: ReportInputs) -> str:
+    systems = sorted({r.system for r in inputs.runs})
+    stages = sorted({r.stages for r in inputs.runs})
+    seeds = sorted({r.seed for r in inputs.runs})
+    return (f"{len(inputs.runs)} runs: spaces {', '.join(f'`{s}`' for s in inputs.spaces) or 'none'}; systems "
+            f"{', '.join(systems) or 'none'}; stage counts {', '.join(map(str, stages)) or 'none'}; "
+            f"seeds {', '.join(map(str, seeds)) or 'none'}.")
+
+
+def render_report(inputs: ReportInputs, sections: list[Table | Figure]) -> str:
+    parts = ["# NASPipe results\n", machine_text(inputs) + "\n", summary_text(inputs) + "\n"]
+    for section in sections:
+        if isinstance(section, Table):
+            parts.append(f"## {section.title}\n\nCSV: [tables/{section.name}.csv](tables/{section.name}.csv)\n\n"
+                         + section.markdown())
+        else:
+            parts.append(f"## {section.title}\n\n![{section.title}](figures/{section.name}.png)\n\n{section.reading}\n")
+    return "\n".join(parts)
