@@ -1,6 +1,8 @@
-"""Deterministic PNGs from matplotlib: Agg backend, fixed size and DPI, no software/timestamp metadata.
+"""Deterministic PNGs from matplotlib: Agg rendering, fixed size and DPI, no software/timestamp metadata.
 
-Equal data gives equal bytes, so a rerun of the report with unchanged inputs changes no file.
+Figures are built as plain :class:`matplotlib.figure.Figure` objects (no pyplot), so the
+report neither needs nor changes a global backend, and the seaborn style applies only inside
+:func:`render`. Equal data gives equal bytes, so rerunning the report changes no file.
 """
 
 from __future__ import annotations
@@ -9,28 +11,24 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import seaborn as sns  # noqa: E402
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 DPI = 100
 
 
 def render(draw: Callable[[Any], None], ncols: int = 1, width: float = 6.0, height: float = 4.0) -> bytes:
-    """Call ``draw(axes)`` on a fresh figure of ``ncols`` panels and return it as PNG bytes."""
-    sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
-    try:
-        draw(axes[0] if ncols > 1 else axes[0][0])
+    """Call ``draw(axes)`` on a fresh figure of ``ncols`` panels (one axes if 1) and return PNG bytes."""
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
+        fig = Figure(figsize=(width * ncols, height), dpi=DPI)
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(1, ncols, squeeze=False)[0]
+        draw(axes if ncols > 1 else axes[0])
         fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
-        return buffer.getvalue()
-    finally:
-        plt.close(fig)
+    return buffer.getvalue()
 
 
 def render_facets(draw: Callable[[Any, str], None], facets: list[str], width: float = 6.0, height: float = 4.0) -> bytes:

@@ -42,8 +42,8 @@ def build(inputs: ReportInputs) -> Table:
 def _reading(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "No runs were given."
-    text = ["Measured on this machine, not on the paper's GPU cluster: compare systems with each other, not with "
-            "the paper's absolute numbers."]
+    text = [("Measured on this machine, not on the paper's GPU cluster: compare systems with each other, not with "
+             "the paper's absolute numbers.")]
     for space, group in frame.groupby("space", sort=True):
         top = int(group["stages"].max())
         at = group[group["stages"] == top].set_index("system")
