@@ -45,7 +45,8 @@ def _reading(frame: pd.DataFrame) -> str:
     text = [("Measured on this machine, not on the paper's GPU cluster: compare systems with each other, not with "
              "the paper's absolute numbers.")]
     for space, group in frame.groupby("space", sort=True):
-        top = int(group["stages"].max())
+        both = group.groupby("stages")["system"].agg(lambda s: {"csp", "gpipe"} <= set(s))
+        top = int(both[both].index.max()) if both.any() else int(group["stages"].max())
         at = group[group["stages"] == top].set_index("system")
         if "csp" in at.index and "gpipe" in at.index:
             text.append(f"In `{space}` at D={top}, CSP runs at {at.at['csp', 'throughput_vs_gpipe']:.2f}x GPipe's "
