@@ -57,8 +57,8 @@ def report(runs, tmp_path_factory) -> Path:
 
 
 def report_args(runs: dict[str, Path], out: Path) -> list[str]:
-    return ["report", "--runs", *(str(runs[d]) for d in ("seq", "csp2", "gpipe2", "gpipe3")),
-            "--reproducibility", str(runs["repro-csp"]), str(runs["repro-gpipe"]),
+    return ["report", "--runs", *(str(runs[d]) for d in ("seq", "csp2", "gpipe2")), "--runs", str(runs["gpipe3"]),
+            "--reproducibility", str(runs["repro-csp"]), "--reproducibility", str(runs["repro-gpipe"]),
             "--profile", f"toy={runs['profile']}", "--out", str(out)]
 
 
@@ -117,6 +117,7 @@ def test_report_md_links_everything_and_reads_the_numbers(report):
         assert f"(tables/{name}.csv)" in text
     assert "measured on this machine" in text.lower() and "cpu" in text
     assert "`toy` csp: identical to sequential at D=2." in text
+    assert "identical at every stage count: csp (D=2); differing in at least one run: gpipe." in text
     assert "`toy` gpipe: differs from sequential in 2 of 2 runs (D=2, D=3), with 2 different weights" in text
     ratio = pd.read_csv(report / "tables" / "table2_systems.csv").set_index(["system", "stages"])
     assert f"at D=2, CSP runs at {ratio.at[('csp', 2), 'throughput_vs_gpipe']:.2f}x GPipe's throughput" in text

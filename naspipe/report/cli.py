@@ -19,11 +19,13 @@ from naspipe.fsutil import atomic_write_bytes, atomic_write_text
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write the paper's tables, figures and report.md from run directories",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--runs", nargs="+", type=Path, required=True, metavar="DIR", help="run directories")
-    p.add_argument("--reproducibility", nargs="*", type=Path, default=[], metavar="F.json",
+    # action="extend": each flag takes one or more values and may also be repeated
+    p.add_argument("--runs", nargs="+", action="extend", type=Path, required=True, metavar="DIR",
+                   help="run directories")
+    p.add_argument("--reproducibility", nargs="+", action="extend", type=Path, default=[], metavar="F.json",
                    help="files written by 'naspipe reproducibility' (Table 3)")
-    p.add_argument("--profile", action="append", default=[], metavar="SPACE=F.csv",
-                   help="profile CSV of a space written by 'naspipe profile' (Table 5), repeatable")
+    p.add_argument("--profile", nargs="+", action="extend", default=[], metavar="SPACE=F.csv",
+                   help="profile CSV of a space written by 'naspipe profile' (Table 5)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
 
 

@@ -10,7 +10,7 @@ import os
 import platform
 from pathlib import Path
 
-from naspipe.report.inputs import ReportInputs
+from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Figure, Table
 
 
@@ -40,8 +40,26 @@ def summary_text(inputs: ReportInputs) -> str:
             f"seeds {', '.join(map(str, seeds)) or 'none'}.")
 
 
+def headline_text(inputs: ReportInputs) -> str:
+    """Which systems were bitwise identical to sequential at every stage count they ran, which were not."""
+    verdicts: dict[str, list[bool]] = {}
+    stages: dict[str, set[int]] = {}
+    for doc in inputs.reproducibility:
+        for entry in doc["runs"]:
+            verdicts.setdefault(entry["system"], []).append(bool(entry["identical"]))
+            stages.setdefault(entry["system"], set()).add(int(entry["stages"]))
+    if not verdicts:
+        return "Reproducibility: no reproducibility file was given."
+    order = sorted(verdicts, key=system_rank)
+    same = [f"{s} (D={', '.join(map(str, sorted(stages[s])))})" for s in order if all(verdicts[s])]
+    differ = [s for s in order if not all(verdicts[s])]
+    return ("Reproducibility against sequential (Table 3): bitwise identical at every stage count: "
+            f"{', '.join(same) or 'no system'}; differing in at least one run: {', '.join(differ) or 'no system'}.")
+
+
 def render_report(inputs: ReportInputs, sections: list[Table | Figure]) -> str:
-    parts = ["# NASPipe results\n", machine_text(inputs) + "\n", summary_text(inputs) + "\n"]
+    parts = ["# NASPipe results\n", machine_text(inputs) + "\n", summary_text(inputs) + "\n",
+             headline_text(inputs) + "\n"]
     for section in sections:
         if isinstance(section, Table):
             parts.append(f"## {section.title}\n\nCSV: [tables/{section.name}.csv](tables/{section.name}.csv)\n\n"

@@ -52,7 +52,7 @@ def space_row(name: str, options: dict[str, Any], shared_policy: str) -> dict[st
             "candidates_per_block": "/".join(map(str, candidates)),
             "layers": s.num_layers, "positions": s.num_positions,
             "supernet_params": sum(params),
-            "mean_subnet_params": float(shared + sum(sum(b) / len(b) for b in per_block))}
+            "mean_subnet_params": round(shared + sum(sum(b) / len(b) for b in per_block))}
 
 
 def build(inputs: ReportInputs) -> Table:
