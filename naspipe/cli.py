@@ -50,6 +50,10 @@ COMMANDS: dict[str, Command] = {
     "profile": Command("naspipe.profile.cli", "measure per-operation compute and copy time of a search space"),
     "access-order": Command("naspipe.report.access_order", "print one layer's access order per run (paper Table 4)",
                             add="add_access_order_parser", run="run_access_order"),
+    "partition": Command("naspipe.partition_cli", "write a balanced static partition of a space over D stages"),
+    "reproducibility": Command("naspipe.report.reproducibility",
+                               "write per-run verdicts against the sequential reference as JSON (exit 0)"),
+    "report": Command("naspipe.report.cli", "regenerate the paper's tables, figures and report.md from runs"),
 }
 
 
