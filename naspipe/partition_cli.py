@@ -22,18 +22,29 @@ from naspipe.partition_file import PartitionFile, write_partition_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("partition", help="compute a balanced static partition and write it as JSON",
-                       description=__doc__.splitlines()[0])
+    p = sub.add_parser(
+        "partition",
+        help="compute a balanced static partition and write it as JSON",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("--space", required=True, help="space preset, e.g. toy, nlp.c1, cv.tiny")
-    p.add_argument("--set", dest="set", action="append", default=[], metavar="space.KEY=VALUE",
-                   help="space option (YAML value), repeatable")
+    p.add_argument(
+        "--set",
+        dest="set",
+        action="append",
+        default=[],
+        metavar="space.KEY=VALUE",
+        help="space option (YAML value), repeatable",
+    )
     p.add_argument("--stages", type=int, required=True, help="pipeline stages D")
     p.add_argument("--costs", default="params", help="'params', 'uniform' or a profile CSV (naspipe profile)")
     p.add_argument("--shared-policy", default="frozen", choices=("frozen", "causal"))
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
 
 
-def compute(space_name: str, options: dict[str, Any], stages: int, costs_source: str, shared_policy: str = "frozen") -> PartitionFile:
+def compute(
+    space_name: str, options: dict[str, Any], stages: int, costs_source: str, shared_policy: str = "frozen"
+) -> PartitionFile:
     from naspipe.runtime.job import position_costs
     from naspipe.space import make_space
 

@@ -39,9 +39,15 @@ class PartitionFile:
         return max(self.stage_costs) / mean if mean > 0 else 1.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"space": self.space, "space_options": self.space_options, "stages": self.stages,
-                "costs": self.costs, "bounds": list(self.bounds), "stage_costs": list(self.stage_costs),
-                "imbalance": self.imbalance}
+        return {
+            "space": self.space,
+            "space_options": self.space_options,
+            "stages": self.stages,
+            "costs": self.costs,
+            "bounds": list(self.bounds),
+            "stage_costs": list(self.stage_costs),
+            "imbalance": self.imbalance,
+        }
 
 
 def write_partition_file(path: Path, data: PartitionFile) -> None:
@@ -59,20 +65,28 @@ def read_partition_file(path: Path) -> PartitionFile:
     if not isinstance(raw, dict):
         raise UsageError(f"partition file {path}: expected a JSON object")
     try:
-        data = PartitionFile(_field(raw, "space", str, path), dict(_field(raw, "space_options", dict, path)),
-                             _field(raw, "stages", int, path), _field(raw, "costs", str, path),
-                             tuple(_ints(raw, "bounds", path)), tuple(map(float, _field(raw, "stage_costs", list, path))))
+        data = PartitionFile(
+            _field(raw, "space", str, path),
+            dict(_field(raw, "space_options", dict, path)),
+            _field(raw, "stages", int, path),
+            _field(raw, "costs", str, path),
+            tuple(_ints(raw, "bounds", path)),
+            tuple(map(float, _field(raw, "stage_costs", list, path))),
+        )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, UsageError):
             raise
         raise UsageError(f"partition file {path}: field 'stage_costs' must be a list of numbers") from None
     bounds = data.bounds
     if len(bounds) != data.stages + 1 or bounds[0] != 0 or any(a >= b for a, b in pairwise(bounds)):
-        raise UsageError(f"partition file {path}: field 'bounds' {list(bounds)} is not 0 < ... increasing "
-                         f"with {data.stages + 1} entries")
+        raise UsageError(
+            f"partition file {path}: field 'bounds' {list(bounds)} is not 0 < ... increasing "
+            f"with {data.stages + 1} entries"
+        )
     if len(data.stage_costs) != data.stages:
-        raise UsageError(f"partition file {path}: field 'stage_costs' has {len(data.stage_costs)} entries, "
-                         f"expected {data.stages}")
+        raise UsageError(
+            f"partition file {path}: field 'stage_costs' has {len(data.stage_costs)} entries, expected {data.stages}"
+        )
     return data
 
 
@@ -84,8 +98,9 @@ def partition_for_run(path: Path, space: str, stages: int, num_positions: int) -
     if data.stages != stages:
         raise UsageError(f"partition file {path}: made for {data.stages} stages, the run has {stages}")
     if data.bounds[-1] != num_positions:
-        raise UsageError(f"partition file {path}: covers {data.bounds[-1]} positions, space {space!r} "
-                         f"has {num_positions}")
+        raise UsageError(
+            f"partition file {path}: covers {data.bounds[-1]} positions, space {space!r} has {num_positions}"
+        )
     return Partition(data.bounds)
 
 

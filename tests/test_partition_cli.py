@@ -19,8 +19,12 @@ SPACE_SETS = [a for s in SMALL if s.startswith("space.") for a in ("--set", s)]
 
 def partition(tmp_path: Path, stages: int, costs: str = "params", name: str = "p.json") -> Path:
     out = tmp_path / name
-    assert cli_main(["partition", "--space", "toy", *SPACE_SETS, "--stages", str(stages), "--costs", costs,
-                     "--out", str(out)]) == 0
+    assert (
+        cli_main(
+            ["partition", "--space", "toy", *SPACE_SETS, "--stages", str(stages), "--costs", costs, "--out", str(out)]
+        )
+        == 0
+    )
     return out
 
 
@@ -58,9 +62,23 @@ def test_a_file_for_another_run_is_a_one_line_error_and_nothing_is_written(tmp_p
     other_space = tmp_path / "other.json"
     other_space.write_text(json.dumps({**json.loads(path.read_text()), "space": "cv.tiny"}))
     capsys.readouterr()
-    base = ["train", "--space", "toy", "--system", "csp", "--steps", "2", *SPACE_SETS, "--set", f"partition_file={path}"]
-    cases = [(["--stages", "2"], "made for 3 stages"), (["--stages", "3", "--set", "space.blocks=5"], "positions"),
-             (["--stages", "3", "--set", f"partition_file={other_space}"], "made for space 'cv.tiny'")]
+    base = [
+        "train",
+        "--space",
+        "toy",
+        "--system",
+        "csp",
+        "--steps",
+        "2",
+        *SPACE_SETS,
+        "--set",
+        f"partition_file={path}",
+    ]
+    cases = [
+        (["--stages", "2"], "made for 3 stages"),
+        (["--stages", "3", "--set", "space.blocks=5"], "positions"),
+        (["--stages", "3", "--set", f"partition_file={other_space}"], "made for space 'cv.tiny'"),
+    ]
     for extra, why in cases:
         out = tmp_path / "run"
         assert cli_main([*base, *extra, "--out", str(out)]) == 2
@@ -79,6 +97,21 @@ def test_bad_partition_input_exits_2_and_writes_nothing(tmp_path, capsys):
         assert not out.exists()
     broken = tmp_path / "broken.json"
     broken.write_text('{"space": "toy", "stages": 2, "bounds": [0, 3]}')
-    assert cli_main(["train", "--space", "toy", "--stages", "2", *SPACE_SETS, "--set", f"partition_file={broken}",
-                     "--out", str(tmp_path / "run")]) == 2
+    assert (
+        cli_main(
+            [
+                "train",
+                "--space",
+                "toy",
+                "--stages",
+                "2",
+                *SPACE_SETS,
+                "--set",
+                f"partition_file={broken}",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     assert "partition file" in capsys.readouterr().err

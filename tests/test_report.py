@@ -35,17 +35,41 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     assert cli_main([*train, "--system", "sequential", "--stages", "1", "--out", str(out["seq"])]) == 0
     part = root / "D2.json"
     assert cli_main(["partition", "--space", "toy", *SPACE_SETS, "--stages", "2", "--out", str(part)]) == 0
-    assert cli_main([*train, "--system", "csp", "--stages", "2", "--set", f"partition_file={part}",
-                     "--out", str(out["csp2"])]) == 0
+    assert (
+        cli_main(
+            [*train, "--system", "csp", "--stages", "2", "--set", f"partition_file={part}", "--out", str(out["csp2"])]
+        )
+        == 0
+    )
     run_threads(config_of("gpipe", 2, STEPS), out["gpipe2"])
     run_threads(config_of("gpipe", 3, STEPS), out["gpipe3"])
     out["profile"] = root / "toy.csv"
-    assert cli_main(["profile", "--space", "toy", *SPACE_SETS, "--repeats", "1", "--warmup", "0", "--quiet",
-                     "--out", str(out["profile"])]) == 0
+    assert (
+        cli_main(
+            [
+                "profile",
+                "--space",
+                "toy",
+                *SPACE_SETS,
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--quiet",
+                "--out",
+                str(out["profile"]),
+            ]
+        )
+        == 0
+    )
     for system, dirs in (("csp", ["csp2"]), ("gpipe", ["gpipe2", "gpipe3"])):
         out[f"repro-{system}"] = root / f"{system}.json"
-        assert cli_main(["reproducibility", str(out["seq"]), *(str(out[d]) for d in dirs),
-                         "--out", str(out[f"repro-{system}"])]) == 0  # exit 0 whatever the verdict
+        assert (
+            cli_main(
+                ["reproducibility", str(out["seq"]), *(str(out[d]) for d in dirs), "--out", str(out[f"repro-{system}"])]
+            )
+            == 0
+        )  # exit 0 whatever the verdict
     return out
 
 
@@ -57,9 +81,21 @@ def report(runs, tmp_path_factory) -> Path:
 
 
 def report_args(runs: dict[str, Path], out: Path) -> list[str]:
-    return ["report", "--runs", *(str(runs[d]) for d in ("seq", "csp2", "gpipe2")), "--runs", str(runs["gpipe3"]),
-            "--reproducibility", str(runs["repro-csp"]), "--reproducibility", str(runs["repro-gpipe"]),
-            "--profile", f"toy={runs['profile']}", "--out", str(out)]
+    return [
+        "report",
+        "--runs",
+        *(str(runs[d]) for d in ("seq", "csp2", "gpipe2")),
+        "--runs",
+        str(runs["gpipe3"]),
+        "--reproducibility",
+        str(runs["repro-csp"]),
+        "--reproducibility",
+        str(runs["repro-gpipe"]),
+        "--profile",
+        f"toy={runs['profile']}",
+        "--out",
+        str(out),
+    ]
 
 
 def test_reproducibility_says_csp_is_identical_and_gpipe_is_not(runs):
@@ -89,15 +125,20 @@ def test_report_writes_every_file_with_parsable_tables(report):
         assert not frame.empty, name
         assert (report / "tables" / f"{name}.md").read_text().startswith("# Table")
     table2 = pd.read_csv(report / "tables" / "table2_systems.csv")
-    assert set(zip(table2["system"], table2["stages"])) == {("sequential", 1), ("csp", 2), ("gpipe", 2), ("gpipe", 3)}
+    assert set(zip(table2["system"], table2["stages"], strict=True)) == {
+        ("sequential", 1),
+        ("csp", 2),
+        ("gpipe", 2),
+        ("gpipe", 3),
+    }
     gpipe2 = table2[(table2["system"] == "gpipe") & (table2["stages"] == 2)]
     assert gpipe2["throughput_vs_gpipe"].iloc[0] == 1.0
     table3 = pd.read_csv(report / "tables" / "table3_reproducibility.csv", dtype=str)
-    verdicts = dict(zip(table3["system"] + table3["stages"], table3["identical_to_sequential"]))
+    verdicts = dict(zip(table3["system"] + table3["stages"], table3["identical_to_sequential"], strict=True))
     assert verdicts == {"csp2": "yes", "gpipe2": "no", "gpipe3": "no"}
     table4 = pd.read_csv(report / "tables" / "table4_access_order.csv")
     assert table4["layer"].nunique() == 1 and len(table4) == 4
-    orders = dict(zip(table4["system"] + table4["stages"].astype(str), table4["access_order"]))
+    orders = dict(zip(table4["system"] + table4["stages"].astype(str), table4["access_order"], strict=True))
     assert orders["csp2"] == orders["sequential1"] != orders["gpipe2"]
 
 
@@ -144,8 +185,11 @@ def test_step_times_fall_back_to_the_makespan_without_a_trace(runs, tmp_path):
     shutil.copytree(runs["gpipe2"], copy)
     info = read_run_info(copy)
     events = json.loads((copy / "trace.json").read_text())["traceEvents"]
-    last = {e["args"]["subnet"]: (e["ts"] + e["dur"]) / 1e6 for e in events
-            if e.get("cat") == "forward" and e.get("tid") == info.stages - 1}
+    last = {
+        e["args"]["subnet"]: (e["ts"] + e["dur"]) / 1e6
+        for e in events
+        if e.get("cat") == "forward" and e.get("tid") == info.stages - 1
+    }
     assert step_times(info, list(range(STEPS))) == {y: last[y] for y in range(STEPS)}
     (copy / "trace.json").write_text('{"traceEvents": []}')
     info = read_run_info(copy)
@@ -212,9 +256,9 @@ def test_table1_parameter_counts_match_built_layers():
     options = {s.split("=")[0].removeprefix("space."): int(s.split("=")[1]) for s in SMALL if s.startswith("space.")}
     space = make_space("toy", options)
     s = space.structure
-    params = [space.layer_cost(l) - 1 for l in range(s.num_layers)]
+    params = [space.layer_cost(i) - 1 for i in range(s.num_layers)]
     row = space_row("toy", options, "frozen")
     assert row["supernet_params"] == sum(params) and row["layers"] == s.num_layers and row["blocks"] == len(s.blocks)
-    shared = sum(params[l] for l in range(s.num_layers) if s.is_shared(l))
+    shared = sum(params[i] for i in range(s.num_layers) if s.is_shared(i))
     blocks = sum(sum(params[s.layer_id(b, c)] for c in range(n)) / n for b, n in enumerate(s.choices_per_block))
     assert row["mean_subnet_params"] == round(shared + blocks)

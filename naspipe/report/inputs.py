@@ -31,7 +31,9 @@ class ReportInputs:
         return sorted({r.space for r in self.runs} | {d["space"] for d in self.reproducibility})
 
     def runs_of(self, space: str) -> list[RunInfo]:
-        return sorted((r for r in self.runs if r.space == space), key=lambda r: (system_rank(r.system), r.stages, r.seed))
+        return sorted(
+            (r for r in self.runs if r.space == space), key=lambda r: (system_rank(r.system), r.stages, r.seed)
+        )
 
 
 def system_rank(system: str) -> tuple[int, str]:

@@ -31,7 +31,9 @@ def render(draw: Callable[[Any], None], ncols: int = 1, width: float = 6.0, heig
     return buffer.getvalue()
 
 
-def render_facets(draw: Callable[[Any, str], None], facets: list[str], width: float = 6.0, height: float = 4.0) -> bytes:
+def render_facets(
+    draw: Callable[[Any, str], None], facets: list[str], width: float = 6.0, height: float = 4.0
+) -> bytes:
     """One panel per facet (e.g. per space), ``draw(ax, facet)`` in each; a placeholder when there is none."""
     if not facets:
         return render(no_data, 1, width, height)

@@ -24,8 +24,11 @@ SHOWN_LAYERS = 5
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reproducibility", help="compare runs with the sequential reference and write the verdict as JSON",
-                       description=__doc__.splitlines()[0])
+    p = sub.add_parser(
+        "reproducibility",
+        help="compare runs with the sequential reference and write the verdict as JSON",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("reference", type=Path, help="the sequential D=1 run of the same space and seed")
     p.add_argument("runs", nargs="+", type=Path, help="run directories to compare with it")
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
@@ -38,7 +41,7 @@ def first_divergence(ref: RunRecord, run: RunRecord) -> dict[str, Any] | None:
     step = next((y for y in sorted(ref.losses.keys() & run.losses.keys()) if ref.losses[y] != run.losses[y]), None)
     if step is None and ref.losses.keys() != run.losses.keys():
         step = min(ref.losses.keys() ^ run.losses.keys())
-    layers = sorted(l for l in ref.layers.keys() & run.layers.keys() if ref.layers[l] != run.layers[l])
+    layers = sorted(x for x in ref.layers.keys() & run.layers.keys() if ref.layers[x] != run.layers[x])
     return {"step": step, "layers": layers[:SHOWN_LAYERS]}
 
 
@@ -49,9 +52,16 @@ def final_loss(record: RunRecord) -> float | None:
 def run_entry(ref: RunRecord, info: RunInfo) -> dict[str, Any]:
     record = read_run(info.path)
     divergence = first_divergence(ref, record)
-    return {"path": str(info.path), "system": info.system, "stages": info.stages, "seed": info.seed,
-            "final_loss": final_loss(record), "weights_sha256": record.weights, "identical": divergence is None,
-            "first_divergence": divergence}
+    return {
+        "path": str(info.path),
+        "system": info.system,
+        "stages": info.stages,
+        "seed": info.seed,
+        "final_loss": final_loss(record),
+        "weights_sha256": record.weights,
+        "identical": divergence is None,
+        "first_divergence": divergence,
+    }
 
 
 def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
@@ -59,14 +69,21 @@ def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
     infos = [read_run_info(p) for p in runs]
     for info in infos:
         if (info.space, info.seed) != (ref_info.space, ref_info.seed):
-            raise UsageError(f"run {info.path}: space {info.space!r} seed {info.seed} does not match the reference "
-                             f"{reference} (space {ref_info.space!r} seed {ref_info.seed})")
+            raise UsageError(
+                f"run {info.path}: space {info.space!r} seed {info.seed} does not match the reference "
+                f"{reference} (space {ref_info.space!r} seed {ref_info.seed})"
+            )
     systems = sorted({i.system for i in infos})
     ref = read_run(reference)
     entries = [run_entry(ref, i) for i in infos]
-    return {"space": ref_info.space, "system": systems[0] if len(systems) == 1 else ",".join(systems),
-            "seed": ref_info.seed, "reference": str(reference), "runs": entries,
-            "identical_all": all(e["identical"] for e in entries)}
+    return {
+        "space": ref_info.space,
+        "system": systems[0] if len(systems) == 1 else ",".join(systems),
+        "seed": ref_info.seed,
+        "reference": str(reference),
+        "runs": entries,
+        "identical_all": all(e["identical"] for e in entries),
+    }
 
 
 def run(args: argparse.Namespace) -> int:

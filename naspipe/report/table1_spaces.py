@@ -32,7 +32,7 @@ def layer_params(space: Any) -> list[int]:
     first: dict[tuple[str, int], int] = {}  # (op, position) -> the first layer of that kind
     for layer in range(structure.num_layers):
         first.setdefault((structure.op_name(layer), structure.position_of(layer)), layer)
-    return [count(first[(structure.op_name(l), structure.position_of(l))]) for l in range(structure.num_layers)]
+    return [count(first[(structure.op_name(i), structure.position_of(i))]) for i in range(structure.num_layers)]
 
 
 def space_row(name: str, options: dict[str, Any], shared_policy: str) -> dict[str, Any]:
@@ -44,14 +44,18 @@ def space_row(name: str, options: dict[str, Any], shared_policy: str) -> dict[st
         raise UsageError(f"space {name!r} of the runs: {exc}") from None
     s = space.structure
     params = layer_params(space)
-    shared = sum(params[l] for l in range(s.num_layers) if s.is_shared(l))
+    shared = sum(params[i] for i in range(s.num_layers) if s.is_shared(i))
     per_block = [[params[s.layer_id(b, c)] for c in range(len(block))] for b, block in enumerate(s.blocks)]
     candidates = sorted(set(s.choices_per_block))
-    return {"space": name, "blocks": len(s.blocks),
-            "candidates_per_block": "/".join(map(str, candidates)),
-            "layers": s.num_layers, "positions": s.num_positions,
-            "supernet_params": sum(params),
-            "mean_subnet_params": round(shared + sum(sum(b) / len(b) for b in per_block))}
+    return {
+        "space": name,
+        "blocks": len(s.blocks),
+        "candidates_per_block": "/".join(map(str, candidates)),
+        "layers": s.num_layers,
+        "positions": s.num_positions,
+        "supernet_params": sum(params),
+        "mean_subnet_params": round(shared + sum(sum(b) / len(b) for b in per_block)),
+    }
 
 
 def build(inputs: ReportInputs) -> Table:
@@ -59,8 +63,15 @@ def build(inputs: ReportInputs) -> Table:
     for name in sorted({r.space for r in inputs.runs}):
         run = inputs.runs_of(name)[0]
         rows.append(space_row(name, run.space_options, run.shared_policy))
-    columns = ["space", "blocks", "candidates_per_block", "layers", "positions", "supernet_params",
-               "mean_subnet_params"]
+    columns = [
+        "space",
+        "blocks",
+        "candidates_per_block",
+        "layers",
+        "positions",
+        "supernet_params",
+        "mean_subnet_params",
+    ]
     frame = pd.DataFrame(rows, columns=columns)
     return Table("table1_spaces", "Table 1: search spaces", frame, _reading(frame))
 
@@ -68,7 +79,10 @@ def build(inputs: ReportInputs) -> Table:
 def _reading(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "No run names a search space."
-    parts = [f"`{r.space}` has {r.blocks} choice blocks of {r.candidates_per_block} candidates ({r.layers} layers, "
-             f"{r.supernet_params:,} parameters); a subnet trains {r.mean_subnet_params / r.supernet_params:.1%} of them "
-             f"on average" for r in frame.itertuples()]
+    parts = [
+        f"`{r.space}` has {r.blocks} choice blocks of {r.candidates_per_block} candidates ({r.layers} layers, "
+        f"{r.supernet_params:,} parameters); a subnet trains {r.mean_subnet_params / r.supernet_params:.1%} of them "
+        f"on average"
+        for r in frame.itertuples()
+    ]
     return "; ".join(parts) + ". Every step trains one subnet, so most of the supernet is idle at any time."

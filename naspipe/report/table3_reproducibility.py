@@ -28,22 +28,37 @@ def divergence_text(divergence: dict[str, Any] | None) -> str:
 
 
 def repro_frame(inputs: ReportInputs) -> pd.DataFrame:
-    rows = [{"space": doc["space"], "system": e["system"], "stages": int(e["stages"]), "seed": int(e["seed"]),
-             "final_loss": repr(e["final_loss"]), "weights": str(e["weights_sha256"])[:12],
-             "identical_to_sequential": "yes" if e["identical"] else "no",
-             "first_divergence": divergence_text(e["first_divergence"])}
-            for doc in inputs.reproducibility for e in doc["runs"]]
+    rows = [
+        {
+            "space": doc["space"],
+            "system": e["system"],
+            "stages": int(e["stages"]),
+            "seed": int(e["seed"]),
+            "final_loss": repr(e["final_loss"]),
+            "weights": str(e["weights_sha256"])[:12],
+            "identical_to_sequential": "yes" if e["identical"] else "no",
+            "first_divergence": divergence_text(e["first_divergence"]),
+        }
+        for doc in inputs.reproducibility
+        for e in doc["runs"]
+    ]
     frame = pd.DataFrame(rows, columns=COLUMNS).drop_duplicates(["space", "system", "stages", "seed"])
     if frame.empty:
         return frame
-    frame = frame.assign(_rank=[system_rank(s) for s in frame["system"]]).sort_values(["space", "_rank", "stages", "seed"])
+    frame = frame.assign(_rank=[system_rank(s) for s in frame["system"]]).sort_values(
+        ["space", "_rank", "stages", "seed"]
+    )
     return frame[COLUMNS].reset_index(drop=True)
 
 
 def build(inputs: ReportInputs) -> Table:
     frame = repro_frame(inputs)
-    return Table("table3_reproducibility", "Table 3: final loss and weights across stage counts against sequential",
-                 frame, _reading(frame))
+    return Table(
+        "table3_reproducibility",
+        "Table 3: final loss and weights across stage counts against sequential",
+        frame,
+        _reading(frame),
+    )
 
 
 def _reading(frame: pd.DataFrame) -> str:
@@ -57,8 +72,13 @@ def _reading(frame: pd.DataFrame) -> str:
             text.append(f"`{space}` {system}: identical to sequential at {stages}.")
             continue
         digests = group.groupby("seed")["weights"].nunique().max()
-        spread = (f"{digests} different weights over the stage counts" if digests > 1
-                  else "the same weights at every stage count")
-        text.append(f"`{space}` {system}: differs from sequential in {int((~same).sum())} of {len(group)} runs "
-                    f"({stages}), with {spread}.")
+        spread = (
+            f"{digests} different weights over the stage counts"
+            if digests > 1
+            else "the same weights at every stage count"
+        )
+        text.append(
+            f"`{space}` {system}: differs from sequential in {int((~same).sum())} of {len(group)} runs "
+            f"({stages}), with {spread}."
+        )
     return " ".join(text)
