@@ -60,6 +60,11 @@ class Config:
     )
     checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)
     keep_checkpoints: int = _doc("checkpoints kept on disk (oldest removed first)", default=2)
+    final_checkpoint: bool = _doc(
+        "end the run with a checkpoint of the whole supernet (every layer and its optimizer state), so that "
+        "--resume RUN --steps M extends a finished run; counts toward keep_checkpoints",
+        default=True,
+    )
     trace_max_events: int = _doc(
         "trace.json events kept per stage (the first N; later ones are counted in metrics.json stage_extra "
         "trace_dropped, not written); caps the trace of very long runs; 0: no trace",

@@ -15,7 +15,8 @@ def atomic_write(path: Path, write: Callable[[IO[Any]], None], binary: bool = Fa
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8", "newline": ""})) as f:
+        f: IO[Any]
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -26,7 +27,10 @@ def atomic_write(path: Path, write: Callable[[IO[Any]], None], binary: bool = Fa
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    atomic_write(Path(path), lambda f: f.write(data), binary=True)
+    def write(f: IO[Any]) -> None:
+        f.write(data)
+
+    atomic_write(Path(path), write, binary=True)
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

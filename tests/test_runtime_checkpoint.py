@@ -133,7 +133,7 @@ def test_a_second_run_into_the_same_out_is_refused_or_replaces_it_whole(base, tm
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert train(out, "--overwrite", "--checkpoint-every", "2", steps=4) == 0
     assert_same_outputs(base, out)  # the second run alone: no file of the first is left
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
     assert not Path(f"{out}.partial").exists()
 
 
@@ -187,14 +187,21 @@ def test_overwrite_discards_an_interrupted_run(reference, tmp_path, monkeypatch)
     monkeypatch.delenv(FAIL_ENV)
     assert train(out, "--overwrite", steps=8) == 0
     assert_same_outputs(reference, out)
-    assert not (out / "checkpoints").exists()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000008"]  # the final one only
 
 
-def test_a_finished_run_extends_in_place(reference, tmp_path):
+def test_a_finished_run_extends_from_its_final_checkpoint(reference, tmp_path):
     out = tmp_path / "run"
-    assert train(out, "--checkpoint-every", "2", steps=4) == 0
+    assert train(out, steps=3) == 0  # no periodic checkpoint: the final one is enough
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000003"]
     assert train(out, "--resume", str(out), steps=8) == 0
     assert_same_outputs(reference, out)
+
+
+def test_final_checkpoint_can_be_turned_off(tmp_path):
+    out = tmp_path / "run"
+    assert train(out, "--set", "final_checkpoint=false", steps=2) == 0
+    assert not (out / "checkpoints").exists()
 
 
 def test_retention_counts_only_complete_checkpoints(tmp_path):

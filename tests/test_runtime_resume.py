@@ -32,7 +32,7 @@ def test_resume_is_bitwise_the_uninterrupted_run(tmp_path):
     full = train(tmp_path / "full", "csp", 2, 0, *adam, steps=12)
     part = train(tmp_path / "part", "csp", 2, 0, *adam, "--checkpoint-every", "4", steps=8)
     checkpoints = sorted(p.name for p in (part / "checkpoints").iterdir())
-    assert checkpoints == ["step-00000004"]  # 8 is the end of the run, not a checkpoint
+    assert checkpoints == ["step-00000004", "step-00000008"]  # a drain point and the run's final checkpoint
     result = run_cli("train", "--system", "csp", "--stages", "3", "--steps", "12", "--seed", "0", "--resume", str(part),
                      "--out", str(tmp_path / "resumed"), *SMALL, *adam)
     assert result.returncode == 0, result.stderr

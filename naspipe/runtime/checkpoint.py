@@ -1,7 +1,9 @@
 """Checkpoints taken at drain points: one file per layer, verified by SHA-256 before a resume.
 
 At a checkpoint boundary ``s`` stage 0 admits no subnet ``>= s`` until every earlier one has
-finished, so each stage saves exactly the state after subnets ``< s``. Layout of
+finished, so each stage saves exactly the state after subnets ``< s``. A run also ends with
+one at its last step (``final_checkpoint``): the trained supernet, from which
+``--resume RUN --steps M`` extends a finished run. Layout of
 ``RUN/checkpoints/step-XXXXXXXX/``:
 
 - ``layer-<id>.pt``: that layer's tensors and optimizer state, loadable with

@@ -93,7 +93,11 @@ class StageWorker:
             else:
                 self._execute(task)
         self._say_goodbye()
-        return self.recorder.report(self._layer_hashes(), self._extra())
+        lengths = self.recorder.logs.sync()
+        report = self.recorder.report(self._layer_hashes(), self._extra())  # its span leaves the final save out
+        if self.job.config.final_checkpoint:
+            self._checkpoint(self.steps, lengths)
+        return report
 
     def _extra(self) -> dict[str, float]:
         """Per-stage metrics beyond the recorder's (metrics.json ``stage_extra``)."""
@@ -232,14 +236,18 @@ class StageWorker:
         every, done = self.job.config.checkpoint_every, self.policy.finished
         if not every or done % every or done >= self.steps:
             return
-        directory = ckpt.step_dir(self.run_dir, done)
+        self._checkpoint(done, self.recorder.logs.sync())
+        self._announce_end(done)
+
+    def _checkpoint(self, step: int, log_lengths: dict[str, int]) -> None:
+        """Every stage saves its layers; after a barrier stage 0 hashes them all into the manifest."""
+        directory = ckpt.step_dir(self.run_dir, step)
         layers = {l: self._state(l) for l in sorted(self.layers)}
-        ckpt.save_stage(directory, self.stage, layers, self.optimizers.state_dicts(), self.recorder.logs.sync())
+        ckpt.save_stage(directory, self.stage, layers, self.optimizers.state_dicts(), log_lengths)
         self.barrier()
         if self.stage == 0:
-            ckpt.write_manifest(directory, done, self.job.plan.num_stages, list(range(self.job.space.structure.num_layers)),
+            ckpt.write_manifest(directory, step, self.job.plan.num_stages, list(range(self.job.space.structure.num_layers)),
                                 self.job.config.to_dict(), self.job.config.keep_checkpoints)
-        self._announce_end(done)
 
     # -- the end --------------------------------------------------------------
     def _say_goodbye(self) -> None:
