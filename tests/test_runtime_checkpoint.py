@@ -247,3 +247,21 @@ def test_trace_is_chrome_json_and_capped(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["stage_extra"][0]["trace_dropped"] > 0
     assert not (out / "logs" / "trace").exists()
+
+
+def test_access_logs_written_in_small_batches_give_the_same_outputs(reference, tmp_path, monkeypatch):
+    from naspipe.runtime.recorder import StageLogs
+
+    monkeypatch.setattr(StageLogs, "ACCESS_BUFFER", 3)  # append to the layer files every third access
+    out = tmp_path / "run"
+    assert train(out, "--checkpoint-every", "3", steps=5) == 0
+    assert train(out, "--resume", str(out), steps=8) == 0
+    assert_same_outputs(reference, out)
+
+
+def test_losses_logged_out_of_order_come_out_sorted(tmp_path):
+    from naspipe.runtime.outputs import _losses_in_order
+
+    log = tmp_path / "losses.log"
+    log.write_text("".join(f"{y},{float.hex(y / 4)}\n" for y in (0, 2, 1, 3, 6, 4, 5)))
+    assert [y for y, _ in _losses_in_order(log)] == list(range(7))

@@ -55,15 +55,25 @@ class StageReport:
 
 
 class StageLogs:
-    """The stage's open append-only log files (see the module docstring)."""
+    """The stage's append-only log files (see the module docstring).
+
+    Accesses are buffered per layer and appended in batches (at most ``ACCESS_BUFFER`` tokens
+    held), each layer file opened only for the append: a paper-scale space has thousands of
+    layers per stage, more than the usual limit of open files.
+    """
+
+    ACCESS_BUFFER = 65536
 
     def __init__(self, logs_dir: Path, stage: int, layers: list[int], is_last: bool, trace_max_events: int) -> None:
         self.dir = logs_dir
         (logs_dir / "access").mkdir(parents=True, exist_ok=True)
         (logs_dir / "trace").mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, IO[str]] = {access_log(l): self._open(access_log(l), "a") for l in layers}
-        if is_last:
-            self._files[LOSSES] = self._open(LOSSES, "a")
+        for layer in layers:
+            (logs_dir / access_log(layer)).touch()
+        self._layers = layers
+        self._pending: dict[int, list[str]] = defaultdict(list)
+        self._buffered = 0
+        self._losses = self._open(LOSSES, "a") if is_last else None
         self._trace = self._open(trace_log(stage), "w")
         self.trace_left, self.trace_dropped = trace_max_events, 0
 
@@ -71,10 +81,25 @@ class StageLogs:
         return open(self.dir / name, mode, encoding="utf-8", newline="")
 
     def access(self, layer: int, token: str) -> None:
-        self._files[access_log(layer)].write(token + "-")
+        self._pending[layer].append(token)
+        self._buffered += 1
+        if self._buffered >= self.ACCESS_BUFFER:
+            self._write_accesses(fsync=False)
+
+    def _write_accesses(self, fsync: bool) -> None:
+        for layer, tokens in self._pending.items():
+            with self._open(access_log(layer), "a") as f:
+                f.write("".join(t + "-" for t in tokens))
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        self._pending.clear()
+        self._buffered = 0
 
     def loss(self, subnet: int, value: float) -> None:
-        self._files[LOSSES].write(f"{subnet},{float.hex(value)}\n")
+        if self._losses is None:
+            raise RuntimeError("only the last stage logs losses")
+        self._losses.write(f"{subnet},{float.hex(value)}\n")
 
     def event(self, event: dict[str, object]) -> None:
         if self.trace_left <= 0:
@@ -84,19 +109,22 @@ class StageLogs:
         self._trace.write(json.dumps(event) + "\n")
 
     def sync(self) -> dict[str, int]:
-        """Flush and fsync every log (the trace too); the valid length of each resumable one."""
-        lengths = {}
-        for name, f in [*self._files.items(), ("", self._trace)]:
-            f.flush()
-            os.fsync(f.fileno())
-            if name:
-                lengths[name] = f.tell()
+        """Write out and fsync every log (the trace too); the valid length of each resumable one."""
+        self._write_accesses(fsync=True)
+        for f in (self._losses, self._trace):
+            if f is not None:
+                f.flush()
+                os.fsync(f.fileno())
+        lengths = {access_log(l): (self.dir / access_log(l)).stat().st_size for l in self._layers}
+        if self._losses is not None:
+            lengths[LOSSES] = self._losses.tell()
         return lengths
 
     def close(self) -> None:
         self.sync()
-        for f in [*self._files.values(), self._trace]:
-            f.close()
+        for f in (self._losses, self._trace):
+            if f is not None:
+                f.close()
 
 
 class Recorder:
