@@ -173,6 +173,8 @@ def test_a_killed_run_resumes_in_place_and_publishes_once(reference, tmp_path, c
     (stray / ".layer-0.pt.abc.tmp").write_bytes(b"half")
     assert train(out, steps=8) == 2
     one_line_error(capsys, "interrupted run", f"--resume {work}")
+    assert train(out, "--resume", str(out), steps=8) == 2
+    one_line_error(capsys, "no complete checkpoint", f"--resume {work}")
     assert train(out, "--resume", str(work), steps=8) == 0
     assert not work.exists()
     assert_same_outputs(reference, out)

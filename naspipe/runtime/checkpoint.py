@@ -117,7 +117,9 @@ def find_checkpoint(path: Path) -> Path:
         return path
     complete = sorted((path / "checkpoints").glob(f"step-*/{MANIFEST}"))
     if not complete:
-        raise UsageError(f"--resume {path}: no complete checkpoint (no {MANIFEST}) found")
+        partial = path.with_name(path.name + ".partial")
+        hint = f" (an interrupted run is in {partial}: --resume {partial})" if (partial / "checkpoints").is_dir() else ""
+        raise UsageError(f"--resume {path}: no complete checkpoint (no {MANIFEST}) found{hint}")
     return complete[-1].parent
 
 
