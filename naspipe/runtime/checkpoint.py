@@ -147,7 +147,7 @@ def read_manifest(checkpoint: Path) -> dict[str, Any]:
     return manifest
 
 
-def verify(checkpoint: Path, manifest: dict[str, Any], layers: list[int], stages: int) -> None:
+def verify(checkpoint: Path, manifest: dict[str, Any], layers: list[int]) -> None:
     """Every shard the manifest lists exists with its recorded SHA-256, and every layer has one."""
     files: dict[str, str] = manifest["files"]
     for name in [layer_file(l) for l in layers] + [stage_file(k) for k in range(manifest["stages"])]:

@@ -114,7 +114,7 @@ def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str,
     manifest = ckpt.read_manifest(checkpoint)
     ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
     check_bulk_boundary(config, "the resumed step", manifest["step"])
-    ckpt.verify(checkpoint, manifest, list(range(job.space.structure.num_layers)), config.stages)
+    ckpt.verify(checkpoint, manifest, list(range(job.space.structure.num_layers)))
     rundir.check_logs(checkpoint, manifest)
     return checkpoint, manifest
 
