@@ -65,6 +65,16 @@ class Config:
     )
     checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)
     keep_checkpoints: int = _doc("checkpoints kept on disk (oldest removed first)", default=2)
+    final_checkpoint: bool = _doc(
+        "end the run with a checkpoint of the whole supernet (every layer and its optimizer state), so that "
+        "--resume RUN --steps M extends a finished run; counts toward keep_checkpoints",
+        default=True,
+    )
+    trace_max_events: int = _doc(
+        "trace.json events kept per stage (the first N; later ones are counted in metrics.json stage_extra "
+        "trace_dropped, not written); caps the trace of very long runs; 0: no trace",
+        default=1_000_000,
+    )
     threads: int = _doc("intra-op threads per stage process (fixed for reproducibility)", default=1)
     device: Literal["auto", "cpu", "cuda"] = _doc("device of the stage workers", default="auto")
     timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
@@ -222,6 +232,7 @@ def _check_ranges(config: Config) -> None:
         ("bulk_size", config.bulk_size >= 0, "must be >= 0"),
         ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),
         ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),
+        ("trace_max_events", config.trace_max_events >= 0, "must be >= 0"),
         ("threads", config.threads >= 1, "must be >= 1"),
         ("timeout_s", config.timeout_s > 0, "must be > 0"),
         ("optimizer.lr", config.optimizer.lr > 0, "must be > 0"),

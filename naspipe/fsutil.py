@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,10 @@ def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = 
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    atomic_write(Path(path), lambda f: f.write(data), binary=True)
+    def write(f: IO[Any]) -> None:
+        f.write(data)
+
+    atomic_write(Path(path), write, binary=True)
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:
@@ -40,10 +42,3 @@ def atomic_write_json(path: Path | str, data: Any) -> None:
     """Sorted, indented JSON, so equal data gives equal bytes."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
-
-def publish_dir(staging: Path, final: Path) -> None:
-    """Move every file of ``staging`` into ``final`` (each by rename), then drop ``staging``."""
-    final.mkdir(parents=True, exist_ok=True)
-    for item in sorted(staging.iterdir()):
-        os.replace(item, final / item.name)
-    shutil.rmtree(staging, ignore_errors=True)

@@ -10,17 +10,35 @@ import torch
 from tests.conftest import run_cli
 from tests.test_runtime_repro import SMALL, assert_identical, train
 
+BYTE_IDENTICAL = ("losses.csv", "weights.sha256")
+
+
+def assert_same_bytes(a, b) -> None:
+    """Byte-identical outputs across stage counts: losses and weights; in ``layer_hashes.csv`` all but
+    the stage column; in ``access_order.csv`` the rows of the choice layers, whose order CSP fixes (a
+    frozen shared layer's interleaving of forwards and backwards depends on the stage count)."""
+    for name in BYTE_IDENTICAL:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    hashes_a, hashes_b = ([row.split(",")[::3] + row.split(",")[1:2]
+                           for row in (run / "layer_hashes.csv").read_text().splitlines()]
+                          for run in (a, b))
+    assert hashes_a == hashes_b
+    rows_a, rows_b = ((run / "access_order.csv").read_text().splitlines() for run in (a, b))
+    assert len(rows_a) == len(rows_b)
+    assert rows_a[2:-1] == rows_b[2:-1]  # header, the embedding and the head left out (toy space)
+
 
 def test_resume_is_bitwise_the_uninterrupted_run(tmp_path):
     adam = ["--set", "optimizer.name=adam", "--set", "optimizer.lr=0.01"]
     full = train(tmp_path / "full", "csp", 2, 0, *adam, steps=12)
     part = train(tmp_path / "part", "csp", 2, 0, *adam, "--checkpoint-every", "4", steps=8)
     checkpoints = sorted(p.name for p in (part / "checkpoints").iterdir())
-    assert checkpoints == ["step-00000004"]  # 8 is the end of the run, not a checkpoint
+    assert checkpoints == ["step-00000004", "step-00000008"]  # a drain point and the run's final checkpoint
     result = run_cli("train", "--system", "csp", "--stages", "3", "--steps", "12", "--seed", "0", "--resume", str(part),
                      "--out", str(tmp_path / "resumed"), *SMALL, *adam)
     assert result.returncode == 0, result.stderr
     assert_identical(full, tmp_path / "resumed")
+    assert_same_bytes(full, tmp_path / "resumed")
 
 
 def test_resume_rejects_a_different_config(tmp_path):
@@ -32,7 +50,7 @@ def test_resume_rejects_a_different_config(tmp_path):
     assert not (tmp_path / "resumed").exists()
 
 
-def test_a_crashing_stage_stops_every_process_and_keeps_the_checkpoint(tmp_path):
+def test_a_crashing_stage_stops_every_process_and_keeps_the_checkpoint_resumable(tmp_path):
     out = tmp_path / "run"
     started = time.monotonic()
     result = run_cli("train", "--system", "csp", "--stages", "3", "--steps", "40", "--seed", "0", "--out", str(out),
@@ -42,11 +60,19 @@ def test_a_crashing_stage_stops_every_process_and_keeps_the_checkpoint(tmp_path)
     assert elapsed < 60
     assert "injected failure" in result.stderr and "Traceback" in result.stderr
     assert "stage 1 failed" in result.stderr
-    assert not (out / "losses.csv").exists()  # no half-written results
-    complete = sorted(p.parent.name for p in (out / "checkpoints").glob("step-*/manifest.json"))
+    assert not out.exists()  # nothing published
+    work = tmp_path / "run.partial"
+    complete = sorted(p.parent.name for p in (work / "checkpoints").glob("step-*/manifest.json"))
     assert complete == ["step-00000004", "step-00000008"]
-    manifest = json.loads((out / "checkpoints" / "step-00000008" / "manifest.json").read_text())
-    assert manifest["step"] == 8
-    for stage in range(3):
-        shard = torch.load(out / "checkpoints" / "step-00000008" / f"stage-{stage}.pt", weights_only=True)
-        assert shard["step"] == 8 and shard["layers"]
+    manifest = json.loads((work / "checkpoints" / "step-00000008" / "manifest.json").read_text())
+    assert manifest["step"] == 8 and manifest["stages"] == 3
+    for name in manifest["files"]:
+        if name.endswith(".pt"):
+            shard = torch.load(work / "checkpoints" / "step-00000008" / name, weights_only=True)
+            assert shard["params"]
+    # Continue the interrupted run in place at another stage count: bitwise the straight run.
+    result = run_cli("train", "--system", "csp", "--stages", "2", "--steps", "12", "--seed", "0", "--out", str(out),
+                     "--resume", str(work), *SMALL)
+    assert result.returncode == 0, result.stderr
+    assert not work.exists()
+    assert_same_bytes(train(tmp_path / "straight", "csp", 1, 0, steps=12), out)

@@ -29,8 +29,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (repeatable), e.g. --set optimizer.name=adam")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every K subnets (sets checkpoint_every)")
-    p.add_argument("--resume", type=Path, help="resume from a checkpoint dir or a run dir's newest checkpoint")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--resume", type=Path,
+                   help="resume from a checkpoint dir or the newest checkpoint of a run dir (DIR or an interrupted "
+                   "DIR.partial); --resume DIR --out DIR extends a finished run")
+    p.add_argument("--out", type=Path, required=True,
+                   help="output directory DIR: the run works in DIR.partial and renames it to DIR when complete; "
+                   "resume an interrupted run with --resume DIR.partial --out DIR")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty DIR when this run completes (and discard a stale DIR.partial now)")
     return p
 
 
@@ -41,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
              "seed": args.seed, "checkpoint_every": args.checkpoint_every}
     config = load_config(args.config, args.overrides, flags)
     try:
-        metrics = train(config, args.out, args.resume)
+        metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
     except StageFailed as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 1

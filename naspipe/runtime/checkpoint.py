@@ -1,16 +1,31 @@
-"""Checkpoints taken at drain points, loadable with ``torch.load(weights_only=True)``.
+"""Checkpoints taken at drain points: one file per layer, verified by SHA-256 before a resume.
 
 At a checkpoint boundary ``s`` stage 0 admits no subnet ``>= s`` until every earlier one has
-finished, so each stage saves exactly the state after subnets ``< s``: layer tensors,
-optimizer state, and the loss and access logs so far. Shards are keyed by layer id, so a
-run may resume with a different stage count. Each stage writes its shard atomically; stage
-0 writes ``manifest.json`` last, after a barrier: a checkpoint without a manifest is
-incomplete and ignored, so a crash never damages the previous complete one.
+finished, so each stage saves exactly the state after subnets ``< s``. A run also ends with
+one at its last step (``final_checkpoint``): the trained supernet, from which
+``--resume RUN --steps M`` extends a finished run. Layout of
+``RUN/checkpoints/step-XXXXXXXX/``:
+
+- ``layer-<id>.pt``: that layer's tensors and optimizer state, loadable with
+  ``torch.load(weights_only=True)``. Keyed by layer id, so a rank loads only the layers it
+  owns and a run may resume at another stage count.
+- ``stage-<k>.json``: how many bytes of each of the stage's append-only logs (see
+  :mod:`naspipe.runtime.recorder`) were valid at the checkpoint. The logs are not copied
+  into the checkpoint, so its size does not grow with the step count.
+- ``manifest.json``: written last by stage 0 after a barrier, with the SHA-256 of every file
+  above and the merged log lengths. Stage 0 hashes the shards itself, which also proves they
+  are visible to it (multi-node runs need a shared filesystem). A folder without a manifest
+  is incomplete: it is removed and never counts toward ``keep_checkpoints``.
+
+A resume reads the manifest and checks every hash in the launcher, before any stage starts,
+so a damaged checkpoint is a one-line error (exit 2) and is never resumed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,40 +36,131 @@ from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
 
 MANIFEST = "manifest.json"
+FORMAT = 2
 # Keys that change numerics: a resumed run must match the checkpoint on these.
 MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "bulk_size")
+_STEP_DIR = re.compile(r"step-(\d{8})$")
+_HEX64 = re.compile(r"[0-9a-f]{64}$")
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "checkpoints" / f"step-{step:08d}"
 
 
-def save_shard(directory: Path, stage: int, shard: dict[str, Any]) -> None:
-    atomic_write(directory / f"stage-{stage}.pt", lambda f: torch.save(shard, f), binary=True)
+def layer_file(layer: int) -> str:
+    return f"layer-{layer}.pt"
 
 
-def write_manifest(directory: Path, step: int, stages: int, config: dict[str, Any], keep: int) -> None:
-    atomic_write_json(directory / MANIFEST, {"step": step, "stages": stages, "config": config})
-    complete = sorted(p.parent for p in directory.parent.glob(f"step-*/{MANIFEST}"))
+def stage_file(stage: int) -> str:
+    return f"stage-{stage}.json"
+
+
+# -- writing ------------------------------------------------------------------
+def save_stage(directory: Path, stage: int, layers: dict[int, dict[str, torch.Tensor]],
+               optimizers: dict[int, dict[str, Any]], log_lengths: dict[str, int]) -> None:
+    """One stage's part of a checkpoint: a file per layer, then the stage's log lengths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for layer, state in layers.items():
+        shard = {"params": {k: v.detach().cpu() for k, v in state.items()}, "optimizer": optimizers.get(layer)}
+        atomic_write(directory / layer_file(layer), lambda f, s=shard: torch.save(s, f), binary=True)  # type: ignore[misc]
+    atomic_write_json(directory / stage_file(stage), {"stage": stage, "logs": log_lengths})
+
+
+def write_manifest(directory: Path, step: int, stages: int, layers: list[int], config: dict[str, Any],
+                   keep: int) -> None:
+    """Stage 0, after every stage saved: hash every shard, write the manifest, apply retention."""
+    names = [layer_file(lid) for lid in layers] + [stage_file(k) for k in range(stages)]
+    missing = [n for n in names if not (directory / n).is_file()]
+    if missing:
+        raise RuntimeError(f"checkpoint {directory}: stage 0 cannot see {', '.join(missing[:3])} written by the other "
+                           "stages; multi-node checkpoints need a shared filesystem for --out")
+    logs: dict[str, int] = {}
+    for k in range(stages):
+        logs.update(json.loads((directory / stage_file(k)).read_text(encoding="utf-8"))["logs"])
+    files = {n: file_sha256(directory / n) for n in names}
+    atomic_write_json(directory / MANIFEST, {"format": FORMAT, "step": step, "stages": stages, "config": config,
+                                             "files": files, "logs": logs})
+    prune(directory.parent, keep)
+
+
+def prune(checkpoints: Path, keep: int, newer_than: int | None = None) -> None:
+    """Remove incomplete step folders, stray temp files, all but the ``keep`` newest complete ones,
+    and (on an in-place resume) complete ones past the resumed step."""
+    complete = []
+    for path in sorted(checkpoints.glob("step-*")) if checkpoints.is_dir() else []:
+        match = _STEP_DIR.match(path.name)
+        if match is None or not path.is_dir():
+            continue
+        done = (path / MANIFEST).is_file() and (newer_than is None or int(match.group(1)) <= newer_than)
+        if done:
+            complete.append(path)
+            for tmp in path.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
     for old in complete[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- finding and verifying ----------------------------------------------------
 def find_checkpoint(path: Path) -> Path:
     """A checkpoint directory, or the newest complete one under a run directory."""
     if (path / MANIFEST).is_file():
         return path
     complete = sorted((path / "checkpoints").glob(f"step-*/{MANIFEST}"))
     if not complete:
-        raise UsageError(f"--resume {path}: no complete checkpoint (no {MANIFEST}) found")
+        partial = path.with_name(path.name + ".partial")
+        interrupted = (partial / "checkpoints").is_dir()
+        hint = f" (an interrupted run is in {partial}: --resume {partial})" if interrupted else ""
+        raise UsageError(f"--resume {path}: no complete checkpoint (no {MANIFEST}) found{hint}")
     return complete[-1].parent
 
 
 def read_manifest(checkpoint: Path) -> dict[str, Any]:
+    """The manifest, checked for shape: every field a resume reads, with the right type."""
+    path = checkpoint / MANIFEST
     try:
-        return json.loads((checkpoint / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"checkpoint {checkpoint}: unreadable {MANIFEST} ({exc})") from None
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"checkpoint {path}: unreadable ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise UsageError(f"checkpoint {path}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT:
+        raise UsageError(f"checkpoint {path}: format {manifest.get('format')!r} is not {FORMAT} (written by another "
+                         "naspipe version)")
+    checks = [("step", lambda v: _is_int(v) and v >= 1), ("stages", lambda v: _is_int(v) and v >= 1),
+              ("config", lambda v: isinstance(v, dict)),
+              ("files", lambda v: isinstance(v, dict)
+               and all(isinstance(h, str) and _HEX64.match(h) for h in v.values())),
+              ("logs", lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values()))]
+    for key, ok in checks:
+        if key not in manifest:
+            raise UsageError(f"checkpoint {path}: field {key!r} is missing")
+        if not ok(manifest[key]):
+            raise UsageError(f"checkpoint {path}: field {key!r} has an invalid value {_short(manifest[key])}")
+    return manifest
+
+
+def verify(checkpoint: Path, manifest: dict[str, Any], layers: list[int]) -> None:
+    """Every shard the manifest lists exists with its recorded SHA-256, and every layer has one."""
+    files: dict[str, str] = manifest["files"]
+    for name in [layer_file(lid) for lid in layers] + [stage_file(k) for k in range(manifest["stages"])]:
+        if name not in files:
+            raise UsageError(f"checkpoint {checkpoint / MANIFEST}: no entry for {name}")
+    for name, expected in sorted(files.items()):
+        path = checkpoint / name
+        if "/" in name or not path.is_file():
+            raise UsageError(f"checkpoint shard {path}: missing")
+        if file_sha256(path) != expected:
+            raise UsageError(f"checkpoint shard {path}: SHA-256 does not match the manifest (damaged or truncated)")
 
 
 def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
@@ -68,17 +174,35 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
                          f"step {manifest['step']}")
 
 
+# -- loading ------------------------------------------------------------------
+def load_layer(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """One layer's tensors and optimizer state (verified by the launcher before any stage started)."""
+    path = checkpoint / layer_file(layer)
+    try:
+        shard = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"checkpoint shard {path}: cannot load ({exc})") from None
+    return shard["params"], shard["optimizer"]
+
+
+def restore(checkpoint: Path, layers: dict[int, Any], optimizers: Any) -> int:
+    """Load the rank's own layers (and their optimizer state) from ``checkpoint``; its step."""
+    for layer, module in layers.items():
+        params, optimizer = load_layer(checkpoint, layer)
+        module.load_state_dict(params)
+        if optimizer is not None:
+            optimizers.load_state_dict(layer, optimizer)  # torch moves state to the param's device
+    return int(read_manifest(checkpoint)["step"])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _normal(value: Any) -> Any:
     return json.loads(json.dumps(value))
-
-
-def load_shards(checkpoint: Path) -> list[dict[str, Any]]:
-    manifest = read_manifest(checkpoint)
-    shards = []
-    for stage in range(manifest["stages"]):
-        path = checkpoint / f"stage-{stage}.pt"
-        try:
-            shards.append(torch.load(path, map_location="cpu", weights_only=True))
-        except (OSError, RuntimeError) as exc:
-            raise UsageError(f"checkpoint shard {path}: cannot load ({exc})") from None
-    return shards

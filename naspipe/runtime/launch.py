@@ -29,9 +29,11 @@ import torch.multiprocessing as mp
 from naspipe.config import Config
 from naspipe.determinism import make_deterministic
 from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime import faults, rundir
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
+from naspipe.runtime.rundir import RunDir
 from naspipe.runtime.transport import DistTransport, LocalTransport
 from naspipe.runtime.worker import StageWorker
 
@@ -65,44 +67,61 @@ def cluster_rank() -> Rank | None:
     return None
 
 
-def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str, Any] | None:
-    """Run training; returns the metrics on the process that wrote the outputs."""
+def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: bool = False) -> dict[str, Any] | None:
+    """Run training; returns the metrics on the process that published the outputs."""
     job = build_job(config)  # validates everything before any process starts or file is written
-    checkpoint = _resume_point(config, resume)
     place = cluster_rank()
-    if place is not None:
-        if place.world != config.stages:
-            from naspipe.errors import UsageError
+    if place is not None and place.world != config.stages:
+        from naspipe.errors import UsageError
 
-            raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
-        return run_stage(place, config, out_dir, checkpoint, init_method="env://")
+        raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
+    checkpoint, manifest = _resume_point(job, resume)
+    if place is not None:  # every rank is a stage; rank 0 prepares the directory before the rendezvous
+        first = rundir.plan(out_dir, checkpoint, overwrite) if place.rank == 0 else None
+        metrics = run_stage(place, config, rundir.work_of(out_dir), checkpoint, init_method="env://", run=first,
+                            manifest=manifest)
+        return _published(first, metrics)
+    run = rundir.plan(out_dir, checkpoint, overwrite)
+    rundir.prepare(run, checkpoint, manifest)
     if config.stages == 1:
-        return run_stage(Rank(0, 1, 0), config, out_dir, checkpoint, init_method=None, job=job)
+        return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job))
     _preload_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
         try:
-            mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
+            mp.start_processes(_spawned, args=(config, run.work, checkpoint, init), nprocs=config.stages,
                                join=True, start_method=START_METHOD)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             raise StageFailed(f"stage {exc.error_index} failed (exit code {getattr(exc, 'exit_code', '?')}); "
                               "its traceback is above; the other stages were stopped") from None
-    return json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+    metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
+    return _published(run, metrics)
 
 
-def _resume_point(config: Config, resume: Path | None) -> Path | None:
-    if resume is None:
+def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    if run is None or metrics is None:
         return None
+    rundir.publish(run)
+    return metrics
+
+
+def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint to resume and its manifest, fully verified (hashes, logs) before any stage starts."""
+    if resume is None:
+        return None, None
+    config = job.config
     checkpoint = ckpt.find_checkpoint(resume)
     manifest = ckpt.read_manifest(checkpoint)
     ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
     check_bulk_boundary(config, "the resumed step", manifest["step"])
-    return checkpoint
+    ckpt.verify(checkpoint, manifest, list(range(job.space.structure.num_layers)))
+    rundir.check_logs(checkpoint, manifest)
+    return checkpoint, manifest
 
 
-def _spawned(index: int, config: Config, out_dir: Path, checkpoint: Path | None, init: str) -> None:
+def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None, init: str) -> None:
     try:
-        run_stage(Rank(index, config.stages, index), config, out_dir, checkpoint, init_method=init)
+        run_stage(Rank(index, config.stages, index), config, work_dir, checkpoint, init_method=init)
     except BaseException:
         # Print this stage's traceback and leave at once: the parent sees the exit code and
         # terminates the other stages, which may be blocked in a receive from this one.
@@ -111,11 +130,20 @@ def _spawned(index: int, config: Config, out_dir: Path, checkpoint: Path | None,
         os._exit(1)
 
 
-def run_stage(place: Rank, config: Config, out_dir: Path, checkpoint: Path | None,
-              init_method: str | None, job: Job | None = None) -> dict[str, Any] | None:
+def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | None, init_method: str | None,
+              job: Job | None = None, run: RunDir | None = None,
+              manifest: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """One stage in this process; ``work_dir`` is the run's working directory (``DIR.partial``).
+
+    Under torchrun/srun, ``run`` is given on rank 0 only, which prepares the directory before
+    the rendezvous (the other ranks wait there for it).
+    """
     device = pick_device(config, place.local_rank)
     make_deterministic(config.threads, device)
+    faults.install_from_env()
     job = job or build_job(config)
+    if run is not None:
+        rundir.prepare(run, checkpoint, manifest)
     control = None
     if place.world > 1:
         backend = "nccl" if device.type == "cuda" else "gloo"
@@ -123,20 +151,20 @@ def run_stage(place: Rank, config: Config, out_dir: Path, checkpoint: Path | Non
                                 timeout=timedelta(seconds=config.timeout_s))
         control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
     try:
-        return _run_worker(place, job, device, out_dir, checkpoint, control)
+        return _run_worker(place, job, device, work_dir, checkpoint, control)
     finally:
         if place.world > 1:
             dist.destroy_process_group()
 
 
-def _run_worker(place: Rank, job: Job, device: torch.device, out_dir: Path, checkpoint: Path | None,
+def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, checkpoint: Path | None,
                 control: Any) -> dict[str, Any] | None:
     transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1
                  else LocalTransport())
-    shards = ckpt.load_shards(checkpoint) if checkpoint is not None else None
     barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
-    bar = _progress_bar(job, shards) if place.rank == place.world - 1 else None
-    worker = StageWorker(job, place.rank, transport, device, out_dir, shards, barrier,
+    start_step = int(ckpt.read_manifest(checkpoint)["step"]) if checkpoint is not None else 0
+    bar = _progress_bar(job, start_step) if place.rank == place.world - 1 else None
+    worker = StageWorker(job, place.rank, transport, device, work_dir, checkpoint, barrier,
                          progress=bar.step if bar is not None else None)
     barrier()  # every stage is built: start the clocks together
     worker.recorder.t0 = time.perf_counter()
@@ -147,7 +175,7 @@ def _run_worker(place: Rank, job: Job, device: torch.device, out_dir: Path, chec
     reports = _gather(report, place, control)
     if place.rank != 0:
         return None
-    return write_outputs(job, reports, out_dir, time.perf_counter() - start, str(device))
+    return write_outputs(job, reports, work_dir, time.perf_counter() - start, str(device))
 
 
 def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]:
@@ -186,9 +214,8 @@ class _Progress:
         self._bar.close()
 
 
-def _progress_bar(job: Job, shards: list[dict[str, Any]] | None) -> _Progress | None:
+def _progress_bar(job: Job, initial: int) -> _Progress | None:
     mode = job.config.progress
     if mode == "off" or (mode == "auto" and not sys.stderr.isatty()):
         return None
-    initial = shards[0]["step"] if shards else 0
     return _Progress(job.config.steps, initial, int(job.space.options.get("batch_size", 1)))

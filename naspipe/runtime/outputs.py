@@ -1,42 +1,62 @@
-"""Rank 0 turns the stages' reports into the run's output files, all published at once.
+"""Rank 0 turns the stages' reports and logs into the run's output files.
 
 Files (see the README for their columns): ``losses.csv`` (exact losses as ``float.hex()``),
 ``weights.sha256``, ``layer_hashes.csv``, ``access_order.csv``, ``metrics.json`` and
-``trace.json`` (Chrome trace format, one row per stage; open it in Perfetto). They are
-written into a staging directory and renamed into ``--out`` only when all are complete.
+``trace.json`` (Chrome trace format, one row per stage; open it in Perfetto). Each is
+assembled by streaming the stages' append-only logs (:mod:`naspipe.runtime.recorder`), so
+memory does not grow with the run's length, and written atomically into the run's working
+directory, which the launcher then publishes as a whole (:mod:`naspipe.runtime.rundir`).
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import heapq
 import io
 import json
-import tempfile
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from naspipe.fsutil import atomic_write_json, atomic_write_text, publish_dir
+import torch
+
+from naspipe.fsutil import atomic_write, atomic_write_json, atomic_write_text
 from naspipe.runtime.job import Job
-from naspipe.runtime.recorder import CATEGORIES, StageReport
+from naspipe.runtime.recorder import (
+    CATEGORIES,
+    LOSSES,
+    StageReport,
+    access_log,
+    trace_log,
+)
 
 
-def write_outputs(job: Job, reports: list[StageReport], out_dir: Path, wall_s: float, device: str) -> dict[str, Any]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
+def write_outputs(job: Job, reports: list[StageReport], run_dir: Path, wall_s: float, device: str) -> dict[str, Any]:
+    """Write every output file into ``run_dir`` from the reports and ``run_dir/logs``; the metrics."""
+    logs = run_dir / "logs"
     reports = sorted(reports, key=lambda r: r.stage)
-    losses = {y: v for r in reports for y, v in r.losses.items()}
     hashes = {layer: (r.stage, h) for r in reports for layer, h in r.layer_hashes.items()}
-    access = {layer: seq for r in reports for layer, seq in r.access.items()}
-    metrics = compute_metrics(job, reports, wall_s, device)
-    atomic_write_text(staging / "losses.csv", _losses_csv(job, losses))
-    atomic_write_text(staging / "weights.sha256", weights_digest(hashes) + "\n")
-    atomic_write_text(staging / "layer_hashes.csv", _hashes_csv(job, hashes))
-    atomic_write_text(staging / "access_order.csv", _access_csv(job, access))
-    atomic_write_json(staging / "metrics.json", metrics)
-    atomic_write_text(staging / "trace.json", json.dumps(_trace(job, reports)))
-    publish_dir(staging, out_dir)
+    trained = _write_losses(job, logs, run_dir / "losses.csv")
+    metrics = compute_metrics(job, reports, wall_s, device, trained)
+    atomic_write_text(run_dir / "weights.sha256", weights_digest(hashes) + "\n")
+    atomic_write_text(run_dir / "layer_hashes.csv", _hashes_csv(job, hashes))
+    atomic_write(run_dir / "access_order.csv", lambda f: _write_access(job, logs, f))
+    atomic_write(run_dir / "trace.json", lambda f: _write_trace(job, reports, logs, f))
+    atomic_write_json(run_dir / "metrics.json", metrics)
+    shutil.rmtree(logs / "trace", ignore_errors=True)  # now in trace.json; the other logs let a run be resumed
     return metrics
+
+
+def tensor_digest(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over names, dtypes, shapes and exact bytes of a layer's tensors, by name."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().contiguous().cpu()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def weights_digest(hashes: dict[int, tuple[int, str]]) -> str:
@@ -55,9 +75,37 @@ def _csv(header: list[str], rows: list[list[Any]]) -> str:
     return buffer.getvalue()
 
 
-def _losses_csv(job: Job, losses: dict[int, float]) -> str:
-    rows = [[y, "-".join(map(str, job.stream[y].choices)), float.hex(v), repr(v)] for y, v in sorted(losses.items())]
-    return _csv(["subnet", "choices", "loss_hex", "loss"], rows)
+def _losses_in_order(path: Path) -> Iterator[tuple[int, str]]:
+    """``(subnet, loss hex)`` by subnet from the last stage's log, which is in order up to the few
+    subnets in flight at once: a heap over that window sorts it without reading it all."""
+    heap: list[tuple[int, str]] = []
+    if not path.is_file():
+        return
+    expected = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            subnet, _, value = line.rstrip("\n").partition(",")
+            heapq.heappush(heap, (int(subnet), value))
+            while heap and heap[0][0] == expected:
+                yield heapq.heappop(heap)
+                expected += 1
+    while heap:
+        yield heapq.heappop(heap)
+
+
+def _write_losses(job: Job, logs: Path, out: Path) -> int:
+    count = 0
+
+    def write(f: IO[Any]) -> None:
+        nonlocal count
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(["subnet", "choices", "loss_hex", "loss"])
+        for y, value in _losses_in_order(logs / LOSSES):
+            writer.writerow([y, "-".join(map(str, job.stream[y].choices)), value, repr(float.fromhex(value))])
+            count += 1
+
+    atomic_write(out, write)
+    return count
 
 
 def _hashes_csv(job: Job, hashes: dict[int, tuple[int, str]]) -> str:
@@ -65,15 +113,29 @@ def _hashes_csv(job: Job, hashes: dict[int, tuple[int, str]]) -> str:
     return _csv(["layer", "op", "stage", "sha256"], [[lid, op(lid), s, h] for lid, (s, h) in sorted(hashes.items())])
 
 
-def _access_csv(job: Job, access: dict[int, list[str]]) -> str:
+def _write_access(job: Job, logs: Path, f: IO[Any]) -> None:
+    """One row per accessed layer: ``layer,op,<subnet><F|B>-...``, each log copied in blocks."""
     op = job.space.structure.op_name
-    rows = [[lid, op(lid), "-".join(seq)] for lid, seq in sorted(access.items()) if seq]
-    return _csv(["layer", "op", "accesses"], rows)
+    f.write("layer,op,accesses\n")
+    for layer in range(job.space.structure.num_layers):
+        path = logs / access_log(layer)
+        size = path.stat().st_size if path.is_file() else 0
+        if size == 0:
+            continue
+        prefix = io.StringIO()
+        csv.writer(prefix, lineterminator="").writerow([layer, op(layer)])
+        f.write(prefix.getvalue() + ",")
+        with open(path, encoding="utf-8") as log:
+            left = size - 1  # every token ends in "-": drop the last one
+            while left > 0:
+                block = log.read(min(left, 1 << 20))
+                f.write(block)
+                left -= len(block)
+        f.write("\n")
 
 
-def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device: str) -> dict[str, Any]:
+def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device: str, trained: int) -> dict[str, Any]:
     config = job.config
-    trained = sum(len(r.losses) for r in reports if r.stage == job.plan.num_stages - 1)
     makespan = max(r.span_s for r in reports) or 1e-9
     busy = [r.busy_s for r in reports]
     samples = trained * _batch_size(job)
@@ -103,9 +165,18 @@ def _batch_size(job: Job) -> int:
     return int(job.space.options.get("batch_size", 1))
 
 
-def _trace(job: Job, reports: list[StageReport]) -> dict[str, Any]:
+def _write_trace(job: Job, reports: list[StageReport], logs: Path, f: IO[Any]) -> None:
+    """Chrome trace JSON (Perfetto), streamed: the metadata rows, then each stage's event log."""
     meta = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"naspipe {job.config.system}"}}]
     for r in reports:
         meta.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r.stage, "args": {"name": f"stage {r.stage}"}})
-    events = [e for r in reports for e in r.events]
-    return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+    f.write('{"traceEvents": [')
+    f.write(",\n".join(json.dumps(m) for m in meta))
+    for r in reports:
+        path = logs / trace_log(r.stage)
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8") as log:
+            for line in log:
+                f.write(",\n" + line.rstrip("\n"))
+    f.write('],\n"displayTimeUnit": "ms"}\n')

@@ -1,24 +1,48 @@
-"""What a stage records while it runs: trace events, busy time by kind, layer accesses, losses."""
+"""What a stage records while it runs: busy time by kind in memory; trace events, layer
+accesses and losses streamed to append-only log files, so a long run's memory stays flat.
+
+Logs live under the run's working directory (``RUN/logs/``), on the shared filesystem that
+checkpoints already need:
+
+- ``access/layer-<id>.log``: the layer's accesses in order, each ``<subnet><F|B>-``. Keyed
+  by layer, not stage, so a resume at another stage count continues the same files.
+- ``losses.log``: ``<subnet>,<loss as float.hex()>`` per line, written by the last stage.
+- ``trace/stage-<k>.jsonl``: one Chrome trace event per line; at most ``trace_max_events``
+  per stage (later events are counted, not written). A resumed run traces only itself.
+
+At a checkpoint a stage flushes and fsyncs its logs and records their lengths; a resume
+truncates (or copies) each log to that length, so the final files are byte-identical to an
+uninterrupted run's.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
+LOSSES = "losses.log"
+
+
+def access_log(layer: int) -> str:
+    return f"access/layer-{layer}.log"
+
+
+def trace_log(stage: int) -> str:
+    return f"trace/stage-{stage}.jsonl"
 
 
 @dataclass
 class StageReport:
-    """A stage's share of the run's outputs, sent to rank 0 at the end."""
+    """A stage's share of the run's outputs, sent to rank 0 at the end (small: the logs stay on disk)."""
 
     stage: int
-    losses: dict[int, float] = field(default_factory=dict)
     layer_hashes: dict[int, str] = field(default_factory=dict)
-    access: dict[int, list[str]] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     span_s: float = 0.0
     tasks: int = 0
@@ -30,13 +54,85 @@ class StageReport:
         return sum(v for k, v in self.seconds.items() if k != "waiting")
 
 
+class StageLogs:
+    """The stage's append-only log files (see the module docstring).
+
+    Accesses are buffered per layer and appended in batches (at most ``ACCESS_BUFFER`` tokens
+    held), each layer file opened only for the append: a paper-scale space has thousands of
+    layers per stage, more than the usual limit of open files.
+    """
+
+    ACCESS_BUFFER = 65536
+
+    def __init__(self, logs_dir: Path, stage: int, layers: list[int], is_last: bool, trace_max_events: int) -> None:
+        self.dir = logs_dir
+        (logs_dir / "access").mkdir(parents=True, exist_ok=True)
+        (logs_dir / "trace").mkdir(parents=True, exist_ok=True)
+        for layer in layers:
+            (logs_dir / access_log(layer)).touch()
+        self._layers = layers
+        self._pending: dict[int, list[str]] = defaultdict(list)
+        self._buffered = 0
+        self._losses = self._open(LOSSES, "a") if is_last else None
+        self._trace = self._open(trace_log(stage), "w")
+        self.trace_left, self.trace_dropped = trace_max_events, 0
+
+    def _open(self, name: str, mode: str) -> IO[str]:
+        return open(self.dir / name, mode, encoding="utf-8", newline="")
+
+    def access(self, layer: int, token: str) -> None:
+        self._pending[layer].append(token)
+        self._buffered += 1
+        if self._buffered >= self.ACCESS_BUFFER:
+            self._write_accesses(fsync=False)
+
+    def _write_accesses(self, fsync: bool) -> None:
+        for layer, tokens in self._pending.items():
+            with self._open(access_log(layer), "a") as f:
+                f.write("".join(t + "-" for t in tokens))
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        self._pending.clear()
+        self._buffered = 0
+
+    def loss(self, subnet: int, value: float) -> None:
+        if self._losses is None:
+            raise RuntimeError("only the last stage logs losses")
+        self._losses.write(f"{subnet},{float.hex(value)}\n")
+
+    def event(self, event: dict[str, object]) -> None:
+        if self.trace_left <= 0:
+            self.trace_dropped += 1
+            return
+        self.trace_left -= 1
+        self._trace.write(json.dumps(event) + "\n")
+
+    def sync(self) -> dict[str, int]:
+        """Write out and fsync every log (the trace too); the valid length of each resumable one."""
+        self._write_accesses(fsync=True)
+        for f in (self._losses, self._trace):
+            if f is not None:
+                f.flush()
+                os.fsync(f.fileno())
+        lengths = {access_log(lid): (self.dir / access_log(lid)).stat().st_size for lid in self._layers}
+        if self._losses is not None:
+            lengths[LOSSES] = self._losses.tell()
+        return lengths
+
+    def close(self) -> None:
+        self.sync()
+        for f in (self._losses, self._trace):
+            if f is not None:
+                f.close()
+
+
 class Recorder:
-    def __init__(self, stage: int, access: dict[int, list[str]] | None = None) -> None:
+    def __init__(self, stage: int, logs: StageLogs) -> None:
         self.stage = stage
+        self.logs = logs
         self.t0 = time.perf_counter()
         self.seconds: dict[str, float] = defaultdict(float)
-        self.events: list[dict[str, Any]] = []
-        self.access: dict[int, list[str]] = defaultdict(list, access or {})
         self.tasks = 0
 
     def now(self) -> float:
@@ -44,18 +140,20 @@ class Recorder:
 
     def span(self, category: str, name: str, start: float, end: float, subnet: int | None = None) -> None:
         self.seconds[category] += end - start
-        event = {"name": name, "cat": category, "ph": "X", "pid": 0, "tid": self.stage,
-                 "ts": round(start * 1e6, 1), "dur": round((end - start) * 1e6, 1)}
+        event: dict[str, object] = {"name": name, "cat": category, "ph": "X", "pid": 0, "tid": self.stage,
+                                    "ts": round(start * 1e6, 1), "dur": round((end - start) * 1e6, 1)}
         if subnet is not None:
             event["args"] = {"subnet": subnet}
-        self.events.append(event)
+        self.logs.event(event)
 
     def touch(self, layers: tuple[int, ...], subnet: int, kind: str) -> None:
         for layer in layers:
-            self.access[layer].append(f"{subnet}{kind}")
+            self.logs.access(layer, f"{subnet}{kind}")
 
-    def report(self, losses: dict[int, float], hashes: dict[int, str], extra: dict[str, float]) -> StageReport:
+    def report(self, hashes: dict[int, str], extra: dict[str, float]) -> StageReport:
+        self.logs.close()
+        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped)}
         return StageReport(
-            stage=self.stage, losses=losses, layer_hashes=hashes, access=dict(self.access), events=self.events,
-            seconds={c: self.seconds.get(c, 0.0) for c in CATEGORIES}, span_s=self.now(), tasks=self.tasks, extra=extra,
+            stage=self.stage, layer_hashes=hashes, seconds={c: self.seconds.get(c, 0.0) for c in CATEGORIES},
+            span_s=self.now(), tasks=self.tasks, extra=extra,
         )

@@ -14,12 +14,10 @@ to the next checkpoint drain) ends. Sequential and CSP ask for none of it.
 
 from __future__ import annotations
 
-import hashlib
-import os
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -27,13 +25,12 @@ from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
-from naspipe.runtime.recorder import Recorder, StageReport
+from naspipe.runtime.outputs import tensor_digest
+from naspipe.runtime.recorder import Recorder, StageLogs, StageReport
 from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, StagePolicy, Task, make_policy
-
-FAIL_ENV = "NASPIPE_FAIL_AT"  # "STAGE:SUBNET": raise in that stage's forward of that subnet (tests)
 
 
 @dataclass(frozen=True)
@@ -58,13 +55,13 @@ class StageWorker:
         stage: int,
         transport: Transport,
         device: torch.device,
-        out_dir: Path,
-        resume: list[dict[str, Any]] | None = None,
+        run_dir: Path,
+        resume: Path | None = None,
         barrier: Callable[[], None] = lambda: None,
         progress: Callable[[int, float], None] | None = None,
     ) -> None:
         self.job, self.stage, self.transport, self.device = job, stage, transport, device
-        self.out_dir, self.barrier, self.progress = out_dir, barrier, progress
+        self.run_dir, self.barrier, self.progress = run_dir, barrier, progress
         config = job.config
         self.steps = config.steps
         self.is_last = stage == job.plan.num_stages - 1
@@ -73,8 +70,7 @@ class StageWorker:
         self.recompute = config.recompute if self.needs.recompute is None else self.needs.recompute
         self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
-        self.losses: dict[int, float] = {}
-        start, access = self._restore(resume) if resume else (0, {})
+        start = ckpt.restore(resume, self.layers, self.optimizers) if resume is not None else 0
         self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
                                       self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
@@ -82,9 +78,9 @@ class StageWorker:
                                       stash_weights=self.needs.stash_weights)
         self.policy.resume_at(start)
         self._announce_end(start)
-        self.recorder = Recorder(stage, access)
+        logs = StageLogs(run_dir / "logs", stage, sorted(self.layers), self.is_last, config.trace_max_events)
+        self.recorder = Recorder(stage, logs)
         self._inbox: dict[tuple[str, int], tuple[torch.Tensor | None, ...]] = {}
-        self._fail_at = _parse_fail(os.environ.get(FAIL_ENV, ""), stage)
 
     # -- main loop ------------------------------------------------------------
     def run(self) -> StageReport:
@@ -97,13 +93,17 @@ class StageWorker:
             else:
                 self._execute(task)
         self._say_goodbye()
-        return self.recorder.report(self.losses, self._layer_hashes(), self._extra())
+        lengths = self.recorder.logs.sync()
+        report = self.recorder.report(self._layer_hashes(), self._extra())  # its span leaves the final save out
+        if self.job.config.final_checkpoint:
+            self._checkpoint(self.steps, lengths)
+        return report
 
     def _extra(self) -> dict[str, float]:
         """Per-stage metrics beyond the recorder's (metrics.json ``stage_extra``)."""
         no_swap = {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
         swap = self.swapper.stats() if self.swapper is not None else no_swap
-        return {"recompute": float(self.recompute), **swap}
+        return {"recompute": float(self.recompute), **swap, **_memory()}
 
     def _announce_end(self, done: int) -> None:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
@@ -169,8 +169,6 @@ class StageWorker:
             self._maybe_checkpoint()
 
     def _forward(self, y: int, layers: tuple[int, ...]) -> None:
-        if self._fail_at == y:
-            raise RuntimeError(f"injected failure ({FAIL_ENV}) in stage {self.stage}, forward of subnet {y}")
         start = self.recorder.now()
         if self.stage == 0:
             inputs = tuple(t.to(self.device) for t in self.job.space.batch(y, self.job.config.seed).inputs)
@@ -179,9 +177,10 @@ class StageWorker:
         output = self.executor.forward(y, layers, inputs)
         self.recorder.touch(layers, y, "F")
         if self.is_last:
-            self.losses[y] = float(output.item())  # type: ignore[union-attr]
+            loss = float(output.item())  # type: ignore[union-attr]
+            self.recorder.logs.loss(y, loss)
             if self.progress is not None:
-                self.progress(y, self.losses[y])
+                self.progress(y, loss)
         self._sync()
         self.recorder.span("forward", f"F{y}", start, self.recorder.now(), y)
         if not self.is_last:
@@ -239,37 +238,19 @@ class StageWorker:
         every, done = self.job.config.checkpoint_every, self.policy.finished
         if not every or done % every or done >= self.steps:
             return
-        directory = ckpt.step_dir(self.out_dir, done)
-        directory.mkdir(parents=True, exist_ok=True)
-        ckpt.save_shard(directory, self.stage, self._shard(done))
-        self.barrier()
-        if self.stage == 0:
-            ckpt.write_manifest(directory, done, self.job.plan.num_stages, self.job.config.to_dict(),
-                                self.job.config.keep_checkpoints)
+        self._checkpoint(done, self.recorder.logs.sync())
         self._announce_end(done)
 
-    def _shard(self, step: int) -> dict[str, Any]:
-        return {
-            "step": step,
-            "layers": {str(lid): {k: v.detach().cpu() for k, v in self._state(lid).items()} for lid in self.layers},
-            "optimizers": {str(lid): s for lid, s in self.optimizers.state_dicts().items()},
-            "access": {str(lid): list(v) for lid, v in self.recorder.access.items()},
-            "losses": {str(y): v for y, v in self.losses.items()},
-        }
-
-    def _restore(self, shards: list[dict[str, Any]]) -> tuple[int, dict[int, list[str]]]:
-        access: dict[int, list[str]] = {}
-        for shard in shards:
-            for key, state in shard["layers"].items():
-                if int(key) in self.layers:
-                    self.layers[int(key)].load_state_dict(state)
-            for key, state in shard["optimizers"].items():
-                if int(key) in self.layers:
-                    self.optimizers.load_state_dict(int(key), state)  # torch moves state to the param's device
-            access.update({int(k): list(v) for k, v in shard["access"].items() if int(k) in self.layers})
-            if self.is_last:
-                self.losses.update({int(k): float(v) for k, v in shard["losses"].items()})
-        return shards[0]["step"], access
+    def _checkpoint(self, step: int, log_lengths: dict[str, int]) -> None:
+        """Every stage saves its layers; after a barrier stage 0 hashes them all into the manifest."""
+        directory = ckpt.step_dir(self.run_dir, step)
+        layers = {lid: self._state(lid) for lid in sorted(self.layers)}
+        ckpt.save_stage(directory, self.stage, layers, self.optimizers.state_dicts(), log_lengths)
+        self.barrier()
+        if self.stage == 0:
+            all_layers = list(range(self.job.space.structure.num_layers))
+            ckpt.write_manifest(directory, step, self.job.plan.num_stages, all_layers,
+                                self.job.config.to_dict(), self.job.config.keep_checkpoints)
 
     # -- the end --------------------------------------------------------------
     def _say_goodbye(self) -> None:
@@ -286,18 +267,13 @@ class StageWorker:
         return self.swapper.host_state(layer) if self.swapper is not None else self.layers[layer].state_dict()
 
 
-def tensor_digest(state: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over names, dtypes, shapes and exact bytes of a layer's tensors, by name."""
-    digest = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().contiguous().cpu()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
-
-def _parse_fail(spec: str, stage: int) -> int | None:
-    if not spec:
-        return None
-    where, _, subnet = spec.partition(":")
-    return int(subnet) if int(where) == stage else None
+def _memory() -> dict[str, float]:
+    """This process's resident memory now and at its peak, in MiB (flat memory on long runs)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    try:
+        pages = int(Path("/proc/self/statm").read_text(encoding="ascii").split()[1])
+        now = pages * resource.getpagesize() / 2**20
+    except (OSError, ValueError, IndexError):
+        now = peak
+    return {"rss_mb": now, "max_rss_mb": peak}
