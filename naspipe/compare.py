@@ -8,6 +8,8 @@ first layers whose tensors differ, which is where to start looking.
 from __future__ import annotations
 
 import csv
+import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,25 +25,76 @@ class RunRecord:
 
 
 def read_run(path: Path) -> RunRecord:
-    losses = {int(r["subnet"]): r["loss_hex"] for r in _rows(path / "losses.csv", ("subnet", "loss_hex"))}
-    layers = {int(r["layer"]): r["sha256"] for r in _rows(path / "layer_hashes.csv", ("layer", "sha256"))}
+    """A run's losses, layer digests and weights digest; unreadable input is a UsageError naming file and line."""
+    if not path.is_dir():
+        raise UsageError(f"{path}: not a run directory ({'no such directory' if not path.exists() else 'not a directory'})")
+    losses = _column_map(path / "losses.csv", "subnet", "loss_hex", _loss_hex)
+    layers = _column_map(path / "layer_hashes.csv", "layer", "sha256", _sha256)
+    weights_path = path / "weights.sha256"
     try:
-        weights = (path / "weights.sha256").read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(f"{path / 'weights.sha256'}: {exc.strerror or exc}") from None
+        weights = _sha256(_read_text(weights_path).strip())
+    except ValueError as exc:
+        if isinstance(exc, UsageError):
+            raise
+        raise UsageError(f"{weights_path}: {exc}") from None
     return RunRecord(path, losses, layers, weights)
 
 
-def _rows(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:
+def _column_map(path: Path, key: str, value: str, check: Callable[[str], str]) -> dict[int, str]:
+    """``{int(row[key]): check(row[value])}`` over a CSV, every row validated (line numbers are the file's)."""
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
+    out: dict[int, str] = {}
     try:
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in needed if c not in (reader.fieldnames or [])]
-            if missing:
-                raise UsageError(f"{path}: missing column {missing[0]!r}")
-            return list(reader)
+        missing = [c for c in (key, value) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError(f"{path}: missing column {missing[0]!r}")
+        for row in reader:
+            index = _row_key(row, key, value)
+            if index in out:
+                raise ValueError(f"{key} {index} appears twice")
+            out[index] = check(row[value])
+    except UsageError:
+        raise
+    except (ValueError, csv.Error) as exc:
+        raise UsageError(f"{path} line {reader.line_num}: {exc}") from None
+    return out
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x})") from None
+
+
+def _row_key(row: dict[str, str | None], key: str, value: str) -> int:
+    if None in row or any(v is None for v in row.values()):
+        fields = len([v for k, v in row.items() if k is not None and v is not None]) + len(row.get(None) or [])  # type: ignore[call-overload]
+        raise ValueError(f"{fields} fields where the header has {len([k for k in row if k is not None])}")
+    text = row[key] or ""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{key} {text!r} is not an integer") from None
+
+
+def _loss_hex(text: str) -> str:
+    try:
+        float.fromhex(text)
+    except ValueError:
+        raise ValueError(f"loss_hex {text!r} is not a hex float") from None
+    return text
+
+
+def _sha256(text: str) -> str:
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError(f"{text[:70]!r} is not a SHA-256 hex digest")
+    return text
 
 
 def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:

@@ -154,7 +154,8 @@ class CvSpace(SearchSpace):
             c_last = o["channels"] * 2 ** o["reductions"]
             return Classifier(c_last, o["classes"])
         block = s.block_of(layer)
-        assert block is not None
+        if block is None:
+            raise ValueError(f"layer {layer} ({op!r}) is neither a prefix/suffix layer nor in a choice block")
         c_in, c_out, stride, _ = self.block_shape(block)
         return ChoiceBlock(op.removeprefix("reduce."), c_in, c_out, stride, float(o["dropout"]), float(o["bn_momentum"]))
 
@@ -178,7 +179,8 @@ class CvSpace(SearchSpace):
             macs = float(c_last * o["classes"])
         else:
             block = self.structure.block_of(layer)
-            assert block is not None
+            if block is None:
+                raise ValueError(f"layer {layer} ({op!r}) is neither a prefix/suffix layer nor in a choice block")
             c_in, c_out, stride, size = self.block_shape(block)
             macs = image_op_macs(op.removeprefix("reduce."), c_in, c_out, stride, size, size)
         return 1.0 + o["batch_size"] * macs
