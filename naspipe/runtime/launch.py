@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +31,12 @@ import torch.multiprocessing as mp
 
 from naspipe.config import Config
 from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime import lifecycle, memory
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import DistTransport, LocalTransport
 from naspipe.runtime.worker import StageWorker
-
 
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
@@ -70,24 +73,52 @@ def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str
     job = build_job(config)  # validates everything before any process starts or file is written
     checkpoint = _resume_point(config, resume)
     place = cluster_rank()
+    memory.check_fits(job, _stage_device(config, place.local_rank if place else 0), all_stages_here=place is None)
     if place is not None:
         if place.world != config.stages:
             from naspipe.errors import UsageError
 
             raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
         return run_stage(place, config, out_dir, checkpoint, init_method="env://")
-    if config.stages == 1:
-        return run_stage(Rank(0, 1, 0), config, out_dir, checkpoint, init_method=None, job=job)
+    with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
+        if config.stages == 1:
+            return run_stage(Rank(0, 1, 0), config, out_dir, checkpoint, init_method=None, job=job)
+        _spawn_stages(config, out_dir, checkpoint)
+    return json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+
+
+def _spawn_stages(config: Config, out_dir: Path, checkpoint: Path | None) -> None:
+    """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`)."""
     _preload_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
+        line, writer = lifecycle.lifeline([rdzv, mp_util.get_temp_dir()])
+        context = None
         try:
-            mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init), nprocs=config.stages,
-                               join=True, start_method=START_METHOD)
+            context = mp.start_processes(_spawned, args=(config, out_dir, checkpoint, init, line),
+                                         nprocs=config.stages, join=False, start_method=START_METHOD)
+            while not context.join():
+                pass
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            raise StageFailed(f"stage {exc.error_index} failed (exit code {getattr(exc, 'exit_code', '?')}); "
-                              "its traceback is above; the other stages were stopped") from None
-    return json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+            pids = [p.pid for p in context.processes] if context is not None else []
+            raise StageFailed(_failure(exc, pids)) from None
+        finally:
+            if context is not None:
+                lifecycle.stop(p.pid for p in context.processes)
+            writer.close()
+            line.reader.close()
+
+
+def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int]) -> str:
+    """What died: a stage (its traceback is above) or the forkserver the stages were forked from."""
+    code = getattr(exc, "exit_code", None)
+    server = getattr(getattr(mp_forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if code == 255 and (any(lifecycle.alive(p) for p in pids) or (server is not None and not lifecycle.alive(server))):
+        # multiprocessing reports 255 for every stage when it loses the forkserver's status pipe
+        return (f"the multiprocessing forkserver (pid {server}) that started the stages died, so their exit "
+                "status is unknown; no stage reported a failure; the stages were stopped")
+    return f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); " \
+           "its traceback is above; the other stages were stopped"
 
 
 def _resume_point(config: Config, resume: Path | None) -> Path | None:
@@ -100,7 +131,12 @@ def _resume_point(config: Config, resume: Path | None) -> Path | None:
     return checkpoint
 
 
-def _spawned(index: int, config: Config, out_dir: Path, checkpoint: Path | None, init: str) -> None:
+def _spawned(index: int, config: Config, out_dir: Path, checkpoint: Path | None, init: str,
+             line: lifecycle.Lifeline) -> None:
+    line.watch(index)
+    # Ctrl-C reaches the whole foreground group: the launcher stops the stages itself (SIGTERM),
+    # so a stage ignores its own SIGINT instead of dying with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         run_stage(Rank(index, config.stages, index), config, out_dir, checkpoint, init_method=init)
     except BaseException:
@@ -155,6 +191,14 @@ def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]
     gathered: list[StageReport | None] = [None] * place.world if place.rank == 0 else []
     dist.gather_object(report, gathered if place.rank == 0 else None, dst=0, group=control)
     return [r for r in gathered if r is not None]
+
+
+def _stage_device(config: Config, local_rank: int) -> torch.device:
+    """The device a stage will use, without selecting it in this process (see :func:`pick_device`)."""
+    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
 
 
 def pick_device(config: Config, local_rank: int) -> torch.device:

@@ -1,0 +1,141 @@
+"""Stages die with the launcher: killing ``naspipe train`` alone stops the whole run.
+
+The launcher runs in its own session (so its process group holds the launcher, the
+forkserver and every stage), with ``TMPDIR`` pointed into the test's tmp dir (so every temp
+dir of the run is visible). Killed mid-run, every process of the group must be gone within
+60 s, nothing final published, the temp dirs cleaned, and the last complete checkpoint must
+resume to the uninterrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from naspipe.cli import main
+from naspipe.runtime import lifecycle
+from naspipe.runtime.transport import LocalTransport
+from tests.conftest import ROOT
+
+SMALL = ["--set", "space.blocks=4", "--set", "space.candidates=3", "--set", "space.dim=16", "--set", "space.seq_len=8"]
+EVERY = 3
+
+
+def checkpoint_root(out: Path) -> Path:
+    """Where a running run keeps its ``step-*`` checkpoint folders (the one place to adjust if it moves)."""
+    return out / "checkpoints"
+
+
+def complete_checkpoints(out: Path) -> list[Path]:
+    return sorted(p.parent for p in checkpoint_root(out).glob("step-*/manifest.json"))
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def start_long_run(out: Path, tmp: Path) -> subprocess.Popen[str]:
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    args = ["train", "--stages", "2", "--steps", "1000000", "--checkpoint-every", str(EVERY), "--out", str(out), *SMALL]
+    return subprocess.Popen([sys.executable, "-m", "naspipe", *args], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killing_the_launcher_stops_every_stage_and_keeps_the_checkpoint_resumable(tmp_path, sig):
+    out, tmp = tmp_path / "run", tmp_path / "tmp"
+    launcher = start_long_run(out, tmp)
+    try:
+        wait_until(lambda: len(complete_checkpoints(out)) >= 2 or launcher.poll() is not None, 120, "two checkpoints")
+        assert launcher.poll() is None, launcher.communicate()[1]
+        members = group_members(launcher.pid)
+        assert len(members) >= 3  # launcher, forkserver, two stages
+        os.kill(launcher.pid, sig)
+        launcher.wait(timeout=60)
+        wait_until(lambda: not group_members(launcher.pid), 60, f"the stages of {members} to exit")
+        _, stderr = launcher.communicate(timeout=10)  # the stages held its stderr open too
+    finally:
+        for pid in group_members(launcher.pid):
+            os.kill(pid, signal.SIGKILL)
+    if sig == signal.SIGTERM:
+        assert launcher.returncode == 128 + signal.SIGTERM
+        assert stderr.strip().splitlines()[-1].startswith("naspipe: error: interrupted by SIGTERM"), stderr
+        assert "Traceback" not in stderr
+    else:
+        assert launcher.returncode == -signal.SIGKILL
+    published = {p.name for p in tmp_path.rglob("*") if p.name in ("metrics.json", "losses.csv")}
+    assert not published
+    left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's own shared cache
+    assert not left  # rendezvous and multiprocessing temp dirs cleaned
+    assert_resumes_bitwise(complete_checkpoints(out)[-1], tmp_path)
+
+
+def assert_resumes_bitwise(checkpoint: Path, tmp_path: Path) -> None:
+    step = json.loads((checkpoint / "manifest.json").read_text())["step"]
+    assert step >= EVERY
+    steps = ["--steps", str(step + EVERY)]
+    resumed, reference = tmp_path / "resumed", tmp_path / "reference"
+    assert main(["train", "--stages", "1", *steps, "--resume", str(checkpoint), "--out", str(resumed), *SMALL]) == 0
+    assert main(["train", "--stages", "1", "--system", "sequential", *steps, "--out", str(reference), *SMALL]) == 0
+    assert main(["compare", str(reference), str(resumed)]) == 0
+
+
+def test_local_transport_waits_for_its_timeout(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr("naspipe.runtime.transport.time.sleep", slept.append)
+    transport = LocalTransport()
+    assert transport.receive(0.25) is None
+    assert transport.receive(0) is None
+    assert slept == [0.25]  # waited the timeout it was given, and did not wait to poll
+    with pytest.raises(RuntimeError, match="never end"):
+        transport.receive(None)
+
+
+def test_stop_ends_a_process_that_ignores_sigterm():
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                              "print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert lifecycle.alive(child.pid)
+        lifecycle.stop([child.pid], grace_s=0.2)
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert not lifecycle.alive(child.pid)
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_signal_in_the_launcher_becomes_an_exit_status():
+    with pytest.raises(lifecycle.Interrupted) as caught, lifecycle.signals_raise():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler raises before this ends
+    assert caught.value.exit_code == 130
+    assert "SIGINT" in str(caught.value)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
