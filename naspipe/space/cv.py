@@ -29,6 +29,7 @@ with the ImageNet channel mean and standard deviation.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 import torch
@@ -144,6 +145,11 @@ class CvSpace(SearchSpace):
         if block in reduce_at:
             return c, 2 * c, 2, size
         return c, c, 1, size
+
+    def shape_key(self, layer: int) -> Hashable:
+        """Op name and, inside a choice block, the block's channels, stride and input size."""
+        op, block = self.structure.op_name(layer), self.structure.block_of(layer)
+        return op if block is None else (op, self.block_shape(block))
 
     def make_layer(self, layer: int) -> SpaceLayer:
         o, s = self.options, self.structure
