@@ -27,7 +27,8 @@ class RunRecord:
 def read_run(path: Path) -> RunRecord:
     """A run's losses, layer digests and weights digest; unreadable input is a UsageError naming file and line."""
     if not path.is_dir():
-        raise UsageError(f"{path}: not a run directory ({'no such directory' if not path.exists() else 'not a directory'})")
+        why = "not a directory" if path.exists() else "no such directory"
+        raise UsageError(f"{path}: not a run directory ({why})")
     losses = _column_map(path / "losses.csv", "subnet", "loss_hex", _loss_hex)
     layers = _column_map(path / "layer_hashes.csv", "layer", "sha256", _sha256)
     weights_path = path / "weights.sha256"

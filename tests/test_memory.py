@@ -27,19 +27,19 @@ def test_the_shape_estimate_is_the_built_layers_size(name):
 def test_a_layer_larger_than_memory_is_refused_naming_it(monkeypatch):
     job = build_job(load_config(None, ["space.vocab=100000"]))
     head = job.space.structure.num_layers - 1
-    need = memory.training_bytes(job, head)
+    need = memory.training_bytes(job.space, "sgd", head)
     monkeypatch.setattr(memory, "available_memory", lambda device: (need - 1, "test"))
     with pytest.raises(UsageError, match=rf"layer {head} \(head\) needs about .* more than the .* available \(test\)"):
-        memory.check_fits(job, torch.device("cpu"), all_stages_here=False)
+        memory.check_fits(job.space, "sgd", torch.device("cpu"), all_stages_here=False)
 
 
 def test_the_whole_supernet_must_fit_when_every_stage_is_local(monkeypatch):
     job = build_job(load_config(None, []))
-    total = sum(memory.training_bytes(job, layer) for layer in range(job.space.structure.num_layers))
+    total = sum(memory.training_bytes(job.space, "sgd", layer) for layer in range(job.space.structure.num_layers))
     monkeypatch.setattr(memory, "available_memory", lambda device: (total - 1, "test"))
-    memory.check_fits(job, torch.device("cpu"), all_stages_here=False)  # each layer fits on its own
+    memory.check_fits(job.space, "sgd", torch.device("cpu"), all_stages_here=False)  # each layer fits on its own
     with pytest.raises(UsageError, match=r"its 34 layers need about"):
-        memory.check_fits(job, torch.device("cpu"), all_stages_here=True)
+        memory.check_fits(job.space, "sgd", torch.device("cpu"), all_stages_here=True)
 
 
 def test_the_host_reports_some_available_memory():

@@ -35,8 +35,9 @@ from naspipe.runtime import lifecycle, memory
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
-from naspipe.runtime.transport import DistTransport, LocalTransport
+from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
 from naspipe.runtime.worker import StageWorker
+from naspipe.space import make_space
 
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
@@ -70,10 +71,10 @@ def cluster_rank() -> Rank | None:
 
 def train(config: Config, out_dir: Path, resume: Path | None = None) -> dict[str, Any] | None:
     """Run training; returns the metrics on the process that wrote the outputs."""
+    place = cluster_rank()
+    _check_memory(config, place)
     job = build_job(config)  # validates everything before any process starts or file is written
     checkpoint = _resume_point(config, resume)
-    place = cluster_rank()
-    memory.check_fits(job, _stage_device(config, place.local_rank if place else 0), all_stages_here=place is None)
     if place is not None:
         if place.world != config.stages:
             from naspipe.errors import UsageError
@@ -119,6 +120,16 @@ def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: l
                 "status is unknown; no stage reported a failure; the stages were stopped")
     return f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); " \
            "its traceback is above; the other stages were stopped"
+
+
+def _check_memory(config: Config, place: Rank | None) -> None:
+    """Refuse layers that cannot fit (one line naming the layer) before any is built."""
+    try:
+        space = make_space(config.space_name, config.space_options, config.shared_policy)
+    except ValueError:
+        return  # build_job reports a bad space
+    device = _stage_device(config, place.local_rank if place else 0)
+    memory.check_fits(space, config.optimizer.name, device, all_stages_here=place is None)
 
 
 def _resume_point(config: Config, resume: Path | None) -> Path | None:
@@ -167,7 +178,8 @@ def run_stage(place: Rank, config: Config, out_dir: Path, checkpoint: Path | Non
 
 def _run_worker(place: Rank, job: Job, device: torch.device, out_dir: Path, checkpoint: Path | None,
                 control: Any) -> dict[str, Any] | None:
-    transport = DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1 else LocalTransport()
+    transport: Transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1
+                            else LocalTransport())
     shards = ckpt.load_shards(checkpoint) if checkpoint is not None else None
     barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
     bar = _progress_bar(job, shards) if place.rank == place.world - 1 else None

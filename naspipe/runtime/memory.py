@@ -3,7 +3,8 @@
 A layer too large for memory would otherwise fail inside a stage with an allocation
 traceback (or drive the host into swap). Its size is known from its shapes alone
 (:meth:`SearchSpace.layer_tensors` builds it on the ``meta`` device), so the launcher checks
-every layer against the memory the stages will use: the host's available memory
+every layer, in order and before the partition costs are computed from the same layers,
+against the memory the stages will use: the host's available memory
 (``MemAvailable``) for CPU stages, the device's free memory for CUDA ones.
 """
 
@@ -14,14 +15,14 @@ import os
 import torch
 
 from naspipe.errors import UsageError
-from naspipe.runtime.job import Job
+from naspipe.space import SearchSpace
 
 # Per parameter byte, training holds the parameter, its gradient and the optimizer state
 # (SGD: one momentum buffer; Adam: two moments).
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2}
 
 
-def check_fits(job: Job, device: torch.device, all_stages_here: bool) -> None:
+def check_fits(space: SearchSpace, optimizer: str, device: torch.device, all_stages_here: bool) -> None:
     """One line naming the layer, its size and the memory available if a layer cannot fit.
 
     ``all_stages_here``: every stage runs on this host (a local CPU run), so the whole supernet
@@ -30,22 +31,23 @@ def check_fits(job: Job, device: torch.device, all_stages_here: bool) -> None:
     available, source = available_memory(device)
     if available is None:
         return
-    space, structure = job.space, job.space.structure
-    sizes = [training_bytes(job, layer) for layer in range(structure.num_layers)]
-    biggest = max(range(len(sizes)), key=sizes.__getitem__)
-    if sizes[biggest] > available:
-        raise UsageError(f"space {space.name!r}: layer {biggest} ({structure.op_name(biggest)}) needs about "
-                         f"{_fmt(sizes[biggest])} to train (parameters, gradients, optimizer state), "
-                         f"more than the {_fmt(available)} available ({source})")
+    structure = space.structure
+    sizes: list[int] = []
+    for layer in range(structure.num_layers):  # in order, so the first layer too large is the one named
+        sizes.append(training_bytes(space, optimizer, layer))
+        if sizes[-1] > available:
+            raise UsageError(f"space {space.name!r}: layer {layer} ({structure.op_name(layer)}) needs about "
+                             f"{_fmt(sizes[-1])} to train (parameters, gradients, optimizer state), "
+                             f"more than the {_fmt(available)} available ({source})")
     if all_stages_here and sum(sizes) > available:
         raise UsageError(f"space {space.name!r}: its {len(sizes)} layers need about {_fmt(sum(sizes))} to train, "
                          f"more than the {_fmt(available)} available ({source})")
 
 
-def training_bytes(job: Job, layer: int) -> int:
-    params, tensor_bytes = job.space.layer_tensors(layer)
-    trainable = job.space.structure.is_trainable(layer)
-    extra = (1 + OPTIMIZER_STATES.get(job.config.optimizer.name, 2)) * params * 4 if trainable else 0
+def training_bytes(space: SearchSpace, optimizer: str, layer: int) -> int:
+    params, tensor_bytes = space.layer_tensors(layer)
+    trainable = space.structure.is_trainable(layer)
+    extra = (1 + OPTIMIZER_STATES.get(optimizer, 2)) * params * 4 if trainable else 0
     return tensor_bytes + extra
 
 

@@ -152,7 +152,7 @@ class SearchSpace(ABC):
                     module = self.make_layer(layer)
             except RuntimeError as exc:  # e.g. "Storage size calculation overflowed"
                 raise UsageError(f"space {self.name!r}: layer {layer} ({self.structure.op_name(layer)}) "
-                                 f"cannot be built with options {self.options}: {exc}") from None
+                                 f"is too large to build ({exc})") from None
             params = sum(p.numel() for p in module.parameters())
             size = sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
             cache[key] = (params, size)
