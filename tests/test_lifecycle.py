@@ -61,6 +61,7 @@ def wait_until(predicate, timeout: float, what: str) -> None:
 
 
 def start_long_run(out: Path, tmp: Path) -> subprocess.Popen[str]:
+    """A 2-stage run far longer than the test, checkpointing often, in its own session and TMPDIR."""
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
     args = ["train", "--stages", "2", "--steps", "1000000", "--checkpoint-every", str(EVERY), "--out", str(out), *SMALL]
@@ -68,33 +69,95 @@ def start_long_run(out: Path, tmp: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-def test_killing_the_launcher_stops_every_stage_and_keeps_the_checkpoint_resumable(tmp_path, sig):
+def test_killing_the_launcher_stops_every_stage_and_keeps_the_checkpoint_resumable(tmp_path):
+    """SIGKILL and SIGTERM, each to its own launcher; both runs go at once to keep the test short."""
+    signals = (signal.SIGKILL, signal.SIGTERM)
+    runs = {sig: (tmp_path / sig.name / "run", tmp_path / sig.name / "tmp") for sig in signals}
+    for _, tmp in runs.values():
+        tmp.parent.mkdir()
+    launchers = {sig: start_long_run(*runs[sig]) for sig in signals}
+    try:
+        for sig, launcher in launchers.items():
+            out = runs[sig][0]
+            wait_until(lambda: complete_checkpoints(out) or launcher.poll() is not None, 120, "a checkpoint")
+            assert launcher.poll() is None, launcher.communicate()[1]
+            assert len(group_members(launcher.pid)) >= 4  # launcher, forkserver, two stages
+        for sig, launcher in launchers.items():
+            os.kill(launcher.pid, sig)
+        for sig, launcher in launchers.items():
+            launcher.wait(timeout=60)
+            wait_until(lambda: not group_members(launcher.pid), 60, f"the stages of the {sig.name}ed launcher to exit")
+        stderr = {sig: launcher.communicate(timeout=10)[1] for sig, launcher in launchers.items()}
+    finally:
+        for launcher in launchers.values():
+            for pid in group_members(launcher.pid):
+                os.kill(pid, signal.SIGKILL)
+    assert launchers[signal.SIGKILL].returncode == -signal.SIGKILL
+    assert launchers[signal.SIGTERM].returncode == 128 + signal.SIGTERM
+    term = stderr[signal.SIGTERM]
+    assert term.strip().splitlines()[-1].startswith("naspipe: error: interrupted by SIGTERM"), term
+    assert "Traceback" not in term
+    for sig, (out, tmp) in runs.items():
+        published = [p for p in out.parent.rglob("*") if p.name in ("metrics.json", "losses.csv")]
+        assert not published, sig
+        left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's shared cache
+        assert not left, sig  # rendezvous and multiprocessing temp dirs cleaned
+        assert_resumes_bitwise(complete_checkpoints(out)[-1], out.parent)
+
+
+@pytest.mark.slow
+def test_a_dead_forkserver_is_named_and_its_stages_are_stopped(tmp_path):
     out, tmp = tmp_path / "run", tmp_path / "tmp"
     launcher = start_long_run(out, tmp)
     try:
-        wait_until(lambda: len(complete_checkpoints(out)) >= 2 or launcher.poll() is not None, 120, "two checkpoints")
-        assert launcher.poll() is None, launcher.communicate()[1]
-        members = group_members(launcher.pid)
-        assert len(members) >= 3  # launcher, forkserver, two stages
-        os.kill(launcher.pid, sig)
+        wait_until(lambda: complete_checkpoints(out) or launcher.poll() is not None, 120, "a checkpoint")
+        servers = [pid for pid in group_members(launcher.pid) if "forkserver" in command_line(pid)
+                   and parent_of(pid) == launcher.pid]
+        assert len(servers) == 1
+        os.kill(servers[0], signal.SIGKILL)
         launcher.wait(timeout=60)
-        wait_until(lambda: not group_members(launcher.pid), 60, f"the stages of {members} to exit")
-        _, stderr = launcher.communicate(timeout=10)  # the stages held its stderr open too
+        wait_until(lambda: not group_members(launcher.pid), 60, "the stages to exit")
+        _, stderr = launcher.communicate(timeout=10)
     finally:
         for pid in group_members(launcher.pid):
             os.kill(pid, signal.SIGKILL)
-    if sig == signal.SIGTERM:
-        assert launcher.returncode == 128 + signal.SIGTERM
-        assert stderr.strip().splitlines()[-1].startswith("naspipe: error: interrupted by SIGTERM"), stderr
-        assert "Traceback" not in stderr
-    else:
-        assert launcher.returncode == -signal.SIGKILL
-    published = {p.name for p in tmp_path.rglob("*") if p.name in ("metrics.json", "losses.csv")}
-    assert not published
-    left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's own shared cache
-    assert not left  # rendezvous and multiprocessing temp dirs cleaned
-    assert_resumes_bitwise(complete_checkpoints(out)[-1], tmp_path)
+    assert launcher.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"naspipe: error: the multiprocessing forkserver (pid {servers[0]})"), stderr
+    assert "stage 0 failed" not in stderr and "Traceback" not in stderr
+    assert not (out / "metrics.json").exists() and not (out / "losses.csv").exists()
+
+
+def command_line(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[1])
+    except OSError:
+        return -1
+
+
+def test_a_stage_under_an_external_launcher_ends_at_sigterm(tmp_path):
+    """Under torchrun/srun each process is one stage; the launcher there tears down with SIGTERM."""
+    out = tmp_path / "run"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    args = ["train", "--steps", "1000000", "--checkpoint-every", str(EVERY), "--out", str(out), *SMALL]
+    stage = subprocess.Popen([sys.executable, "-m", "naspipe", *args], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: complete_checkpoints(out) or stage.poll() is not None, 120, "a checkpoint")
+        assert stage.poll() is None, stage.communicate()[1]
+        stage.send_signal(signal.SIGTERM)
+        assert stage.wait(timeout=60) != 0
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+    assert not (out / "metrics.json").exists() and not (out / "losses.csv").exists()
 
 
 def assert_resumes_bitwise(checkpoint: Path, tmp_path: Path) -> None:
@@ -119,8 +182,8 @@ def test_local_transport_waits_for_its_timeout(monkeypatch):
 
 
 def test_stop_ends_a_process_that_ignores_sigterm():
-    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                              "print('ready', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         assert lifecycle.alive(child.pid)

@@ -39,8 +39,12 @@ ORPHANED_EXIT = 3  # a stage's exit status when its launcher went away
 STOP_GRACE_S = 10.0
 
 
-class Interrupted(RuntimeError):
-    """The launcher received SIGTERM or SIGINT; its stages were stopped and nothing was published."""
+class Interrupted(BaseException):
+    """The launcher received SIGTERM or SIGINT; its stages were stopped and nothing was published.
+
+    A BaseException (like KeyboardInterrupt), so that no ``except Exception`` on the way up turns
+    the interruption into some other error.
+    """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum
