@@ -105,11 +105,10 @@ def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:
         problems.append(f"trained subnets differ: {len(a.losses)} vs {len(b.losses)} losses")
     for y in sorted(a.losses.keys() & b.losses.keys()):
         if a.losses[y] != b.losses[y]:
-            problems.append(
-                f"first diverging step: subnet {y} (loss {float.fromhex(a.losses[y])!r} vs {float.fromhex(b.losses[y])!r})"
-            )
+            mine, theirs = float.fromhex(a.losses[y]), float.fromhex(b.losses[y])
+            problems.append(f"first diverging step: subnet {y} (loss {mine!r} vs {theirs!r})")
             break
-    differing = sorted(l for l in a.layers.keys() & b.layers.keys() if a.layers[l] != b.layers[l])
+    differing = sorted(layer for layer in a.layers.keys() & b.layers.keys() if a.layers[layer] != b.layers[layer])
     if differing:
         shown = ", ".join(map(str, differing[:5])) + (" ..." if len(differing) > 5 else "")
         problems.append(f"{len(differing)} layers differ, first: {shown}")
@@ -132,5 +131,6 @@ def compare_runs(paths: list[Path]) -> tuple[bool, str]:
             lines.append(f"DIFFERENT: {runs[0].path} vs {other.path}")
             lines.extend(f"  {p}" for p in problems)
         else:
-            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} ({len(other.losses)} losses, weights {other.weights[:16]})")
+            detail = f"{len(other.losses)} losses, weights {other.weights[:16]}"
+            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} ({detail})")
     return same, "\n".join(lines)

@@ -110,7 +110,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise UsageError(f"config file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"config file {path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x})") from None
+        bad = exc.object[exc.start]
+        raise UsageError(f"config file {path}: not UTF-8 text (byte {exc.start}: {bad:#04x})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -28,10 +28,10 @@ class Case:
     name: str
     args: tuple[str, ...]
     expect: str  # a substring of the one error line (the file, field or value it names)
-    setup: Callable[[Path, Path], None] | None = None  # (tmp, run) -> None: prepare bad files under tmp
+    setup: Callable[[Path, Path], object] | None = None  # (tmp, run): prepare bad files under tmp
 
 
-def write(name: str, data: bytes) -> Callable[[Path, Path], None]:
+def write(name: str, data: bytes) -> Callable[[Path, Path], object]:
     return lambda tmp, run: (tmp / name).write_bytes(data)
 
 
@@ -106,7 +106,8 @@ CASES = [
     Case("config-a-list", train("--config", "{tmp}/c.yaml"), "c.yaml: expected a mapping",
          write("c.yaml", b"- 1\n")),
     Case("config-a-directory", train("--config", "{tmp}"), "config file"),
-    Case("config-bad-value", train("--config", "{tmp}/c.yaml"), "'optimizer.eps'", write("c.yaml", b"optimizer: {eps: -1}\n")),
+    Case("config-bad-value", train("--config", "{tmp}/c.yaml"), "'optimizer.eps'",
+         write("c.yaml", b"optimizer: {eps: -1}\n")),
     # -- train --resume ----------------------------------------------------------------------------
     Case("resume-missing", train("--resume", "{tmp}/nowhere"), "nowhere"),
     Case("resume-no-checkpoint", train("--resume", "{tmp}"), "no complete checkpoint"),

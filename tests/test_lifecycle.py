@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -52,6 +56,14 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def checkpointed_or_ended(out: Path, process: subprocess.Popen[str]) -> bool:
+    return bool(complete_checkpoints(out)) or process.poll() is not None
+
+
+def group_gone(pgid: int) -> bool:
+    return not group_members(pgid)
+
+
 def wait_until(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -69,24 +81,31 @@ def start_long_run(out: Path, tmp: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_killing_the_launcher_stops_every_stage_and_keeps_the_checkpoint_resumable(tmp_path):
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A TMPDIR with a short path: the forkserver's socket lives there and AF_UNIX paths are short."""
+    path = Path(tempfile.mkdtemp(prefix="np-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_killing_the_launcher_stops_every_stage_and_keeps_the_checkpoint_resumable(tmp_path, short_tmp):
     """SIGKILL and SIGTERM, each to its own launcher; both runs go at once to keep the test short."""
     signals = (signal.SIGKILL, signal.SIGTERM)
-    runs = {sig: (tmp_path / sig.name / "run", tmp_path / sig.name / "tmp") for sig in signals}
-    for _, tmp in runs.values():
-        tmp.parent.mkdir()
+    runs = {sig: (tmp_path / sig.name / "run", short_tmp / sig.name) for sig in signals}
+    for sig in signals:
+        (tmp_path / sig.name).mkdir()
     launchers = {sig: start_long_run(*runs[sig]) for sig in signals}
     try:
         for sig, launcher in launchers.items():
-            out = runs[sig][0]
-            wait_until(lambda: complete_checkpoints(out) or launcher.poll() is not None, 120, "a checkpoint")
+            wait_until(partial(checkpointed_or_ended, runs[sig][0], launcher), 120, "a checkpoint")
             assert launcher.poll() is None, launcher.communicate()[1]
             assert len(group_members(launcher.pid)) >= 4  # launcher, forkserver, two stages
         for sig, launcher in launchers.items():
             os.kill(launcher.pid, sig)
         for sig, launcher in launchers.items():
             launcher.wait(timeout=60)
-            wait_until(lambda: not group_members(launcher.pid), 60, f"the stages of the {sig.name}ed launcher to exit")
+            wait_until(partial(group_gone, launcher.pid), 60, f"the stages of the {sig.name}ed launcher to exit")
         stderr = {sig: launcher.communicate(timeout=10)[1] for sig, launcher in launchers.items()}
     finally:
         for launcher in launchers.values():
@@ -106,8 +125,8 @@ def test_killing_the_launcher_stops_every_stage_and_keeps_the_checkpoint_resumab
 
 
 @pytest.mark.slow
-def test_a_dead_forkserver_is_named_and_its_stages_are_stopped(tmp_path):
-    out, tmp = tmp_path / "run", tmp_path / "tmp"
+def test_a_dead_forkserver_is_named_and_its_stages_are_stopped(tmp_path, short_tmp):
+    out, tmp = tmp_path / "run", short_tmp / "tmp"
     launcher = start_long_run(out, tmp)
     try:
         wait_until(lambda: complete_checkpoints(out) or launcher.poll() is not None, 120, "a checkpoint")
@@ -182,7 +201,8 @@ def test_local_transport_waits_for_its_timeout(monkeypatch):
 
 
 def test_stop_ends_a_process_that_ignores_sigterm():
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(600)")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"

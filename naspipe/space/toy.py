@@ -114,7 +114,9 @@ class ToySpace(SearchSpace):
         if isinstance(o["dropout"], bool) or not isinstance(o["dropout"], (int, float)) or not 0 <= o["dropout"] < 1:
             raise UsageError(f"space {self.name!r}: option 'dropout' must be a number in [0, 1), got {o['dropout']!r}")
         if o["dim"] % o["heads"]:
-            raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})")
+            raise UsageError(
+                f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})"
+            )
         block = tuple(TOY_OPS[c % len(TOY_OPS)] for c in range(o["candidates"]))
         return SpaceStructure(self.name, ("embedding",), (block,) * o["blocks"], ("head",), self.shared_policy)
 
