@@ -16,6 +16,9 @@ from pathlib import Path
 from naspipe.errors import UsageError
 
 
+RUN_FILES = ("losses.csv", "layer_hashes.csv", "weights.sha256")
+
+
 @dataclass(frozen=True)
 class RunRecord:
     path: Path
@@ -28,7 +31,7 @@ def read_run(path: Path) -> RunRecord:
     """A run's losses, layer digests and weights digest; unreadable input is a UsageError naming file and line."""
     if not path.is_dir():
         why = "not a directory" if path.exists() else "no such directory"
-        raise UsageError(f"{path}: not a run directory ({why})")
+        raise UsageError(f"{path}: not a run directory ({why}; a run holds {', '.join(RUN_FILES)})")
     losses = _column_map(path / "losses.csv", "subnet", "loss_hex", _loss_hex)
     layers = _column_map(path / "layer_hashes.csv", "layer", "sha256", _sha256)
     weights_path = path / "weights.sha256"

@@ -3,7 +3,8 @@
 - One stage: the worker runs in this process; no process group is needed.
 - ``naspipe train --stages D`` on one machine: D processes are spawned, rendezvous through a
   file store in a temp dir (no port to collide on), and the first one to fail takes the rest
-  down (``torch.multiprocessing`` terminates the others) with its traceback on stderr.
+  down (``torch.multiprocessing`` terminates the others) with its traceback on stderr. The
+  stages also die with this process, however it ends (:mod:`naspipe.runtime.lifecycle`).
 - Under ``torchrun`` (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set) or ``srun``
   (``SLURM_PROCID``/``SLURM_NTASKS`` plus ``MASTER_ADDR``/``MASTER_PORT``), this process is
   one stage; the launcher tears the job down if a stage fails.
@@ -118,8 +119,8 @@ def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: l
         # multiprocessing reports 255 for every stage when it loses the forkserver's status pipe
         return (f"the multiprocessing forkserver (pid {server}) that started the stages died, so their exit "
                 "status is unknown; no stage reported a failure; the stages were stopped")
-    return f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); " \
-           "its traceback is above; the other stages were stopped"
+    return (f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); "
+            "its traceback is above; the other stages were stopped")
 
 
 def _check_memory(config: Config, place: Rank | None) -> None:
