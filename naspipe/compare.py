@@ -8,10 +8,14 @@ first layers whose tensors differ, which is where to start looking.
 from __future__ import annotations
 
 import csv
+import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from naspipe.errors import UsageError
+
+RUN_FILES = ("losses.csv", "layer_hashes.csv", "weights.sha256")
 
 
 @dataclass(frozen=True)
@@ -23,25 +27,77 @@ class RunRecord:
 
 
 def read_run(path: Path) -> RunRecord:
-    losses = {int(r["subnet"]): r["loss_hex"] for r in _rows(path / "losses.csv", ("subnet", "loss_hex"))}
-    layers = {int(r["layer"]): r["sha256"] for r in _rows(path / "layer_hashes.csv", ("layer", "sha256"))}
+    """A run's losses, layer digests and weights digest; unreadable input is a UsageError naming file and line."""
+    if not path.is_dir():
+        why = "not a directory" if path.exists() else "no such directory"
+        raise UsageError(f"{path}: not a run directory ({why}; a run holds {', '.join(RUN_FILES)})")
+    losses = _column_map(path / "losses.csv", "subnet", "loss_hex", _loss_hex)
+    layers = _column_map(path / "layer_hashes.csv", "layer", "sha256", _sha256)
+    weights_path = path / "weights.sha256"
     try:
-        weights = (path / "weights.sha256").read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise UsageError(f"{path / 'weights.sha256'}: {exc.strerror or exc}") from None
+        weights = _sha256(_read_text(weights_path).strip())
+    except ValueError as exc:
+        if isinstance(exc, UsageError):
+            raise
+        raise UsageError(f"{weights_path}: {exc}") from None
     return RunRecord(path, losses, layers, weights)
 
 
-def _rows(path: Path, needed: tuple[str, ...]) -> list[dict[str, str]]:
+def _column_map(path: Path, key: str, value: str, check: Callable[[str], str]) -> dict[int, str]:
+    """``{int(row[key]): check(row[value])}`` over a CSV, every row validated (line numbers are the file's)."""
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
+    out: dict[int, str] = {}
     try:
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            missing = [c for c in needed if c not in (reader.fieldnames or [])]
-            if missing:
-                raise UsageError(f"{path}: missing column {missing[0]!r}")
-            return list(reader)
+        missing = [c for c in (key, value) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError(f"{path}: missing column {missing[0]!r}")
+        for row in reader:
+            index = _row_key(row, key, value)
+            if index in out:
+                raise ValueError(f"{key} {index} appears twice")
+            out[index] = check(row[value])
+    except UsageError:
+        raise
+    except (ValueError, csv.Error) as exc:
+        raise UsageError(f"{path} line {reader.line_num}: {exc}") from None
+    return out
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 text (byte {data[exc.start]:#04x})") from None
+
+
+def _row_key(row: dict[str, str | None], key: str, value: str) -> int:
+    if None in row or any(v is None for v in row.values()):
+        fields = len([v for k, v in row.items() if k is not None and v is not None]) + len(row.get(None) or [])  # type: ignore[call-overload]
+        raise ValueError(f"{fields} fields where the header has {len([k for k in row if k is not None])}")
+    text = row[key] or ""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{key} {text!r} is not an integer") from None
+
+
+def _loss_hex(text: str) -> str:
+    try:
+        float.fromhex(text)
+    except ValueError:
+        raise ValueError(f"loss_hex {text!r} is not a hex float") from None
+    return text
+
+
+def _sha256(text: str) -> str:
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError(f"{text[:70]!r} is not a SHA-256 hex digest")
+    return text
 
 
 def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:
@@ -51,12 +107,10 @@ def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:
         problems.append(f"trained subnets differ: {len(a.losses)} vs {len(b.losses)} losses")
     for y in sorted(a.losses.keys() & b.losses.keys()):
         if a.losses[y] != b.losses[y]:
-            problems.append(
-                f"first diverging step: subnet {y} "
-                f"(loss {float.fromhex(a.losses[y])!r} vs {float.fromhex(b.losses[y])!r})"
-            )
+            mine, theirs = float.fromhex(a.losses[y]), float.fromhex(b.losses[y])
+            problems.append(f"first diverging step: subnet {y} (loss {mine!r} vs {theirs!r})")
             break
-    differing = sorted(lid for lid in a.layers.keys() & b.layers.keys() if a.layers[lid] != b.layers[lid])
+    differing = sorted(layer for layer in a.layers.keys() & b.layers.keys() if a.layers[layer] != b.layers[layer])
     if differing:
         shown = ", ".join(map(str, differing[:5])) + (" ..." if len(differing) > 5 else "")
         problems.append(f"{len(differing)} layers differ, first: {shown}")
@@ -79,6 +133,6 @@ def compare_runs(paths: list[Path]) -> tuple[bool, str]:
             lines.append(f"DIFFERENT: {runs[0].path} vs {other.path}")
             lines.extend(f"  {p}" for p in problems)
         else:
-            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} "
-                         f"({len(other.losses)} losses, weights {other.weights[:16]})")
+            detail = f"{len(other.losses)} losses, weights {other.weights[:16]}"
+            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} ({detail})")
     return same, "\n".join(lines)

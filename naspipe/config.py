@@ -10,6 +10,7 @@ keys other than ``space.name`` are the space's own options, validated by the spa
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -127,6 +128,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start]
+        raise UsageError(f"config file {path}: not UTF-8 text (byte {exc.start}: {bad:#04x})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -225,6 +229,8 @@ def _scalar(hint: Any, value: Any, key: str) -> Any:
 
 
 def _check_ranges(config: Config) -> None:
+    """Every value in its range before anything runs, so a bad one is one line, not a stage traceback."""
+    o = config.optimizer
     checks = [
         ("stages", config.stages >= 1, "must be >= 1"),
         ("steps", config.steps >= 1, "must be >= 1"),
@@ -234,14 +240,22 @@ def _check_ranges(config: Config) -> None:
         ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),
         ("trace_max_events", config.trace_max_events >= 0, "must be >= 0"),
         ("threads", config.threads >= 1, "must be >= 1"),
-        ("timeout_s", config.timeout_s > 0, "must be > 0"),
-        ("optimizer.lr", config.optimizer.lr > 0, "must be > 0"),
+        ("timeout_s", _finite(config.timeout_s) and config.timeout_s > 0, "must be a finite number > 0"),
+        ("optimizer.lr", _finite(o.lr) and o.lr > 0, "must be a finite number > 0"),
+        ("optimizer.momentum", _finite(o.momentum) and 0 <= o.momentum <= 1, "must be in [0, 1]"),
+        ("optimizer.weight_decay", _finite(o.weight_decay) and o.weight_decay >= 0, "must be a finite number >= 0"),
+        ("optimizer.betas", all(_finite(b) and 0 <= b < 1 for b in o.betas), "must be two numbers in [0, 1)"),
+        ("optimizer.eps", _finite(o.eps) and o.eps > 0, "must be a finite number > 0"),
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
     ]
     for key, ok, why in checks:
         if not ok:
             value = config.space.get("name") if key == "space.name" else _get(config, key)
             raise UsageError(f"config key {key!r}: {value!r} {why}")
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
 
 
 def _get(config: Config, key: str) -> Any:

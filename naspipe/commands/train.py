@@ -42,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 def run(args: argparse.Namespace) -> int:
     from naspipe.runtime.launch import StageFailed, train
+    from naspipe.runtime.lifecycle import Interrupted
 
     flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
              "seed": args.seed, "checkpoint_every": args.checkpoint_every}
@@ -51,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     except StageFailed as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 1
+    except Interrupted as exc:
+        print(f"naspipe: error: {exc}; the stages were stopped and nothing was published "
+              "(a complete checkpoint, if any, can be resumed with --resume)", file=sys.stderr)
+        return exc.exit_code
     if metrics is not None:
         keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "wall_s")
         print(json.dumps({k: metrics[k] for k in keys}))

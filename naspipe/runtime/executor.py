@@ -104,7 +104,8 @@ class StageExecutor:
             units = self._units.pop(subnet)
         if self.is_last:
             grads = (torch.ones_like(units[-1].outputs[0]),)
-        assert grads is not None, "a stage other than the last needs the gradient of its output"
+        if grads is None:
+            raise RuntimeError(f"subnet {subnet}: a stage other than the last needs the gradient of its output")
         for unit in reversed(units):
             grads = _backprop(unit, grads)
         if self.stash_gradients:

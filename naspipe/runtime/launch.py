@@ -3,7 +3,8 @@
 - One stage: the worker runs in this process; no process group is needed.
 - ``naspipe train --stages D`` on one machine: D processes are spawned, rendezvous through a
   file store in a temp dir (no port to collide on), and the first one to fail takes the rest
-  down (``torch.multiprocessing`` terminates the others) with its traceback on stderr.
+  down (``torch.multiprocessing`` terminates the others) with its traceback on stderr. The
+  stages also die with this process, however it ends (:mod:`naspipe.runtime.lifecycle`).
 - Under ``torchrun`` (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set) or ``srun``
   (``SLURM_PROCID``/``SLURM_NTASKS`` plus ``MASTER_ADDR``/``MASTER_PORT``), this process is
   one stage; the launcher tears the job down if a stage fails.
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +33,14 @@ import torch.multiprocessing as mp
 from naspipe.config import Config
 from naspipe.determinism import make_deterministic
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime import faults, rundir
+from naspipe.runtime import faults, lifecycle, memory, rundir
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.rundir import RunDir
-from naspipe.runtime.transport import DistTransport, LocalTransport
+from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
 from naspipe.runtime.worker import StageWorker
+from naspipe.space import make_space
 
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
@@ -69,8 +74,9 @@ def cluster_rank() -> Rank | None:
 
 def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: bool = False) -> dict[str, Any] | None:
     """Run training; returns the metrics on the process that published the outputs."""
-    job = build_job(config)  # validates everything before any process starts or file is written
     place = cluster_rank()
+    _check_memory(config, place)
+    job = build_job(config)  # validates everything before any process starts or file is written
     if place is not None and place.world != config.stages:
         from naspipe.errors import UsageError
 
@@ -83,19 +89,56 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
         return _published(first, metrics)
     run = rundir.plan(out_dir, checkpoint, overwrite)
     rundir.prepare(run, checkpoint, manifest)
-    if config.stages == 1:
-        return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job))
+    with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
+        if config.stages == 1:
+            return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job))
+        _spawn_stages(config, run.work, checkpoint)
+    metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
+    return _published(run, metrics)
+
+
+def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None) -> None:
+    """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`)."""
     _preload_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
+        line, writer = lifecycle.lifeline([rdzv, mp_util.get_temp_dir()])
+        context = None
         try:
-            mp.start_processes(_spawned, args=(config, run.work, checkpoint, init), nprocs=config.stages,
-                               join=True, start_method=START_METHOD)
+            context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line),
+                                         nprocs=config.stages, join=False, start_method=START_METHOD)
+            while not context.join():
+                pass
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            raise StageFailed(f"stage {exc.error_index} failed (exit code {getattr(exc, 'exit_code', '?')}); "
-                              "its traceback is above; the other stages were stopped") from None
-    metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
-    return _published(run, metrics)
+            pids = [p.pid for p in context.processes] if context is not None else []
+            raise StageFailed(_failure(exc, pids)) from None
+        finally:
+            if context is not None:
+                lifecycle.stop(p.pid for p in context.processes)
+            writer.close()
+            line.reader.close()
+
+
+def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int]) -> str:
+    """What died: a stage (its traceback is above) or the forkserver the stages were forked from."""
+    code = getattr(exc, "exit_code", None)
+    server = getattr(getattr(mp_forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if code == 255 and (any(lifecycle.alive(p) for p in pids) or (server is not None and not lifecycle.alive(server))):
+        # multiprocessing reports 255 for every stage when it loses the forkserver's status pipe
+        return (f"the multiprocessing forkserver (pid {server}) that started the stages died, so their exit "
+                "status is unknown; no stage reported a failure; the stages were stopped")
+    return (f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); "
+            "its traceback is above; the other stages were stopped")
+
+
+def _check_memory(config: Config, place: Rank | None) -> None:
+    """Refuse layers that cannot fit (one line naming the layer) before any is built."""
+    try:
+        space = make_space(config.space_name, config.space_options, config.shared_policy)
+    except ValueError:
+        return  # build_job reports a bad space
+    device = _stage_device(config, place.local_rank if place else 0)
+    memory.check_fits(space, config.optimizer.name, device, all_stages_here=place is None)
 
 
 def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -119,7 +162,12 @@ def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str,
     return checkpoint, manifest
 
 
-def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None, init: str) -> None:
+def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None, init: str,
+             line: lifecycle.Lifeline) -> None:
+    line.watch(index)
+    # Ctrl-C reaches the whole foreground group: the launcher stops the stages itself (SIGTERM),
+    # so a stage ignores its own SIGINT instead of dying with a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         run_stage(Rank(index, config.stages, index), config, work_dir, checkpoint, init_method=init)
     except BaseException:
@@ -159,8 +207,8 @@ def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | No
 
 def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, checkpoint: Path | None,
                 control: Any) -> dict[str, Any] | None:
-    transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1
-                 else LocalTransport())
+    transport: Transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1
+                            else LocalTransport())
     barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
     start_step = int(ckpt.read_manifest(checkpoint)["step"]) if checkpoint is not None else 0
     bar = _progress_bar(job, start_step) if place.rank == place.world - 1 else None
@@ -184,6 +232,14 @@ def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]
     gathered: list[StageReport | None] = [None] * place.world if place.rank == 0 else []
     dist.gather_object(report, gathered if place.rank == 0 else None, dst=0, group=control)
     return [r for r in gathered if r is not None]
+
+
+def _stage_device(config: Config, local_rank: int) -> torch.device:
+    """The device a stage will use, without selecting it in this process (see :func:`pick_device`)."""
+    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
 
 
 def pick_device(config: Config, local_rank: int) -> torch.device:

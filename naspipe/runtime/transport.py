@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from datetime import timedelta
 
@@ -38,12 +39,21 @@ class Transport(ABC):
 
 
 class LocalTransport(Transport):
-    """A single stage has no neighbours: nothing is ever sent or received."""
+    """A single stage has no neighbours: nothing is ever sent or received.
+
+    ``receive`` still honours its timeout (it waits, then reports nothing), so a caller that
+    reports "no message for N s" has really waited N s; with no timeout it would wait forever,
+    which is an error for a stage that can never receive anything.
+    """
 
     def send(self, dst: int, message: Message) -> None:
         raise RuntimeError(f"a single-stage run has no stage {dst} to send to")
 
     def receive(self, timeout: float | None) -> Message | None:
+        if timeout is None:
+            raise RuntimeError("a single-stage run has no neighbour: waiting for a message would never end")
+        if timeout > 0:
+            time.sleep(timeout)
         return None
 
 

@@ -12,8 +12,9 @@ masks come from (seed, subnet, layer), so recomputation reproduces them.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -134,7 +135,32 @@ class SearchSpace(ABC):
 
     def layer_cost(self, layer: int) -> float:
         """A device-free cost estimate (parameter count + 1) used when no profile is given."""
-        return 1.0 + float(sum(p.numel() for p in self.build_layer(layer, seed=0).parameters()))
+        return 1.0 + float(self.layer_tensors(layer)[0])
+
+    def layer_tensors(self, layer: int) -> tuple[int, int]:
+        """``(parameter elements, bytes of parameters and buffers)`` of a layer, from its shapes alone.
+
+        The layer is constructed on torch's ``meta`` device, so nothing is allocated: a layer too
+        large for memory can be refused (with its size) before any process tries to build it.
+        Layers with the same :meth:`shape_key` share one estimate.
+        """
+        cache: dict[Hashable, tuple[int, int]] = self.__dict__.setdefault("_tensor_sizes", {})
+        key = self.shape_key(layer)
+        if key not in cache:
+            try:
+                with torch.random.fork_rng(devices=[]), torch.device("meta"):
+                    module = self.make_layer(layer)
+            except RuntimeError as exc:  # e.g. "Storage size calculation overflowed"
+                raise UsageError(f"space {self.name!r}: layer {layer} ({self.structure.op_name(layer)}) "
+                                 f"is too large to build ({exc})") from None
+            params = sum(p.numel() for p in module.parameters())
+            size = sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
+            cache[key] = (params, size)
+        return cache[key]
+
+    def shape_key(self, layer: int) -> Hashable:
+        """Layers with equal keys have equal tensor shapes (default: none share); spaces override it."""
+        return layer
 
     def build_layer(self, layer: int, seed: int) -> SpaceLayer:
         """Layer ``layer`` initialised from (seed, layer) alone; frozen if not trainable."""

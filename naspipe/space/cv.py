@@ -29,6 +29,7 @@ with the ImageNet channel mean and standard deviation.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 import torch
@@ -147,6 +148,11 @@ class CvSpace(SearchSpace):
             return c, 2 * c, 2, size
         return c, c, 1, size
 
+    def shape_key(self, layer: int) -> Hashable:
+        """Op name and, inside a choice block, the block's channels, stride and input size."""
+        op, block = self.structure.op_name(layer), self.structure.block_of(layer)
+        return op if block is None else (op, self.block_shape(block))
+
     def make_layer(self, layer: int) -> SpaceLayer:
         o, s = self.options, self.structure
         op = s.op_name(layer)
@@ -156,7 +162,8 @@ class CvSpace(SearchSpace):
             c_last = o["channels"] * 2 ** o["reductions"]
             return Classifier(c_last, o["classes"])
         block = s.block_of(layer)
-        assert block is not None
+        if block is None:
+            raise ValueError(f"layer {layer} ({op!r}) is neither a prefix/suffix layer nor in a choice block")
         c_in, c_out, stride, _ = self.block_shape(block)
         return ChoiceBlock(
             op.removeprefix("reduce."), c_in, c_out, stride, float(o["dropout"]), float(o["bn_momentum"])
@@ -182,7 +189,8 @@ class CvSpace(SearchSpace):
             macs = float(c_last * o["classes"])
         else:
             block = self.structure.block_of(layer)
-            assert block is not None
+            if block is None:
+                raise ValueError(f"layer {layer} ({op!r}) is neither a prefix/suffix layer nor in a choice block")
             c_in, c_out, stride, size = self.block_shape(block)
             macs = image_op_macs(op.removeprefix("reduce."), c_in, c_out, stride, size, size)
         return 1.0 + o["batch_size"] * macs

@@ -38,6 +38,7 @@ cross-entropy over non-pad target tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 import torch
@@ -185,6 +186,10 @@ class NlpSpace(SearchSpace):
     @property
     def encoder_blocks(self) -> int:
         return self.options["blocks"] // 2
+
+    def shape_key(self, layer: int) -> Hashable:
+        """A layer's shapes follow from its op name (the options are fixed for the space)."""
+        return self.structure.op_name(layer)
 
     def make_layer(self, layer: int) -> SpaceLayer:
         o, s = self.options, self.structure

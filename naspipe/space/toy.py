@@ -11,6 +11,7 @@ steps.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 import torch
@@ -110,12 +111,18 @@ class ToySpace(SearchSpace):
     def _structure(self) -> SpaceStructure:
         o = self.options
         self.require_positive_ints("blocks", "candidates", "dim", "heads", "vocab", "seq_len", "batch_size")
+        if isinstance(o["dropout"], bool) or not isinstance(o["dropout"], (int, float)) or not 0 <= o["dropout"] < 1:
+            raise UsageError(f"space {self.name!r}: option 'dropout' must be a number in [0, 1), got {o['dropout']!r}")
         if o["dim"] % o["heads"]:
             raise UsageError(
                 f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})"
             )
         block = tuple(TOY_OPS[c % len(TOY_OPS)] for c in range(o["candidates"]))
         return SpaceStructure(self.name, ("embedding",), (block,) * o["blocks"], ("head",), self.shared_policy)
+
+    def shape_key(self, layer: int) -> Hashable:
+        """A layer's shapes follow from its op name (the options are fixed for the space)."""
+        return self.structure.op_name(layer)
 
     def make_layer(self, layer: int) -> SpaceLayer:
         o, op = self.options, self.structure.op_name(layer)

@@ -43,7 +43,8 @@ def _interleave(*families: tuple[str, ...]) -> tuple[str, ...]:
 
 
 SEQ_OPS: tuple[str, ...] = _interleave(_STANDARD, _SEPARABLE, _LIGHT, _ATTENTION, _GLU)
-assert len(SEQ_OPS) == len(set(SEQ_OPS)) == 24
+if not len(SEQ_OPS) == len(set(SEQ_OPS)) == 24:
+    raise ImportError(f"SEQ_OPS must be 24 distinct op names, got {SEQ_OPS}")
 
 
 def _pad_time(x: torch.Tensor, kernel: int, causal: bool) -> torch.Tensor:

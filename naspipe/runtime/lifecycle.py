@@ -1,0 +1,137 @@
+"""Stage processes live and die with the launcher that started them.
+
+Locally spawned stages are children of the multiprocessing *forkserver*, not of the
+``naspipe train`` process, so neither the parent-death signal nor the launcher's exit reaches
+them: killed on its own, the launcher would leave its stages training (and publishing) to
+the end. Three mechanisms close that gap:
+
+- :class:`Lifeline`: a pipe whose write end only the launcher holds. Each stage runs a
+  watchdog thread that blocks on the read end; the kernel closes the write end however the
+  launcher ends (even by SIGKILL), the read returns EOF, and the stage cleans the run's temp
+  dirs and exits at once (``os._exit``: no outputs, no checkpoint is half-taken by design,
+  since shards and manifests are written atomically).
+- :func:`signals_raise`: SIGTERM and SIGINT raise :class:`Interrupted` in the launcher, which
+  then stops its stages (:func:`stop`) and exits ``128 + signal`` without publishing.
+- :func:`stop`: SIGTERM every live stage by pid, SIGKILL what is left after a grace period.
+  By pid, because when the forkserver itself has died multiprocessing reports every stage as
+  exited (code 255) while they are still running.
+
+Under torchrun or srun each process is one stage and the launcher there owns teardown; the
+stage keeps the default SIGTERM action (immediate, non-zero exit).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from types import FrameType
+
+ORPHANED_EXIT = 3  # a stage's exit status when its launcher went away
+STOP_GRACE_S = 10.0
+
+
+class Interrupted(BaseException):
+    """The launcher received SIGTERM or SIGINT; its stages were stopped and nothing was published.
+
+    A BaseException (like KeyboardInterrupt), so that no ``except Exception`` on the way up turns
+    the interruption into some other error.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """Within the block, the first SIGTERM/SIGINT raises :class:`Interrupted`; later ones are ignored
+    so that they cannot break the teardown the first one started."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@dataclass(frozen=True)
+class Lifeline:
+    """Handed to every spawned stage (pickled; the pipe's read end travels as a duplicated fd)."""
+
+    reader: Connection
+    launcher_pid: int
+    cleanup: tuple[str, ...]  # the run's temp dirs, removed by the stages if the launcher cannot
+
+    def watch(self, stage: int) -> None:
+        """Start the watchdog thread of ``stage``; call first thing in the stage process."""
+        threading.Thread(target=self._wait, args=(stage,), name="naspipe-launcher-watchdog", daemon=True).start()
+
+    def _wait(self, stage: int) -> None:
+        try:
+            self.reader.recv_bytes()  # the launcher never writes: this returns only at EOF
+        except (EOFError, OSError):
+            pass
+        sys.stderr.write(f"naspipe: stage {stage}: the launcher (pid {self.launcher_pid}) is gone; stopping\n")
+        sys.stderr.flush()
+        for path in self.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        os._exit(ORPHANED_EXIT)
+
+
+def lifeline(cleanup: Iterable[str]) -> tuple[Lifeline, Connection]:
+    """A lifeline for the stages and its write end, which the launcher keeps open until it ends."""
+    reader, writer = Pipe(duplex=False)
+    return Lifeline(reader, os.getpid(), tuple(cleanup)), writer
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: fall back to a signal probe
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def stop(pids: Iterable[int], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every live process of ``pids``, then SIGKILL those still alive after ``grace_s``."""
+    targets = list(pids)
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        live = [p for p in targets if alive(p)]
+        for pid in live:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while any(alive(p) for p in live) and time.monotonic() < deadline:
+            time.sleep(0.02)

@@ -1,0 +1,76 @@
+"""Refuse a run whose layers cannot fit, before any process builds one.
+
+A layer too large for memory would otherwise fail inside a stage with an allocation
+traceback (or drive the host into swap). Its size is known from its shapes alone
+(:meth:`SearchSpace.layer_tensors` builds it on the ``meta`` device), so the launcher checks
+every layer, in order and before the partition costs are computed from the same layers,
+against the memory the stages will use: the host's available memory
+(``MemAvailable``) for CPU stages, the device's free memory for CUDA ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from naspipe.errors import UsageError
+from naspipe.space import SearchSpace
+
+# Per parameter byte, training holds the parameter, its gradient and the optimizer state
+# (SGD: one momentum buffer; Adam: two moments).
+OPTIMIZER_STATES = {"sgd": 1, "adam": 2}
+
+
+def check_fits(space: SearchSpace, optimizer: str, device: torch.device, all_stages_here: bool) -> None:
+    """One line naming the layer, its size and the memory available if a layer cannot fit.
+
+    ``all_stages_here``: every stage runs on this host (a local CPU run), so the whole supernet
+    must fit as well as each layer.
+    """
+    available, source = available_memory(device)
+    if available is None:
+        return
+    structure = space.structure
+    sizes: list[int] = []
+    for layer in range(structure.num_layers):  # in order, so the first layer too large is the one named
+        sizes.append(training_bytes(space, optimizer, layer))
+        if sizes[-1] > available:
+            raise UsageError(f"space {space.name!r}: layer {layer} ({structure.op_name(layer)}) needs about "
+                             f"{_fmt(sizes[-1])} to train (parameters, gradients, optimizer state), "
+                             f"more than the {_fmt(available)} available ({source})")
+    if all_stages_here and sum(sizes) > available:
+        raise UsageError(f"space {space.name!r}: its {len(sizes)} layers need about {_fmt(sum(sizes))} to train, "
+                         f"more than the {_fmt(available)} available ({source})")
+
+
+def training_bytes(space: SearchSpace, optimizer: str, layer: int) -> int:
+    params, tensor_bytes = space.layer_tensors(layer)
+    trainable = space.structure.is_trainable(layer)
+    extra = (1 + OPTIMIZER_STATES.get(optimizer, 2)) * params * 4 if trainable else 0
+    return tensor_bytes + extra
+
+
+def available_memory(device: torch.device) -> tuple[int | None, str]:
+    """Bytes the stages may use and where the figure comes from (None: unknown, do not check)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free), f"free on {device}"
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free physical memory"
+    except (ValueError, OSError):
+        return None, "unknown"
+
+
+def _fmt(size: float) -> str:
+    units, i = ("B", "KiB", "MiB", "GiB", "TiB", "PiB"), 0
+    while size >= 1024 and i < len(units) - 1:
+        size, i = size / 1024, i + 1
+    return f"{size:.1f} {units[i]}"

@@ -1,0 +1,228 @@
+"""Every bad input gets the same contract: exit 2, one line naming the problem, no traceback, nothing written.
+
+The table runs through the public command line only (``naspipe.cli.main``), in-process for
+speed; a few cases also run as a real ``python -m naspipe`` process to prove the contract
+holds at the process level (stderr, exit status). ``{tmp}`` in a case's arguments is the
+case's own empty directory, ``{run}`` a finished run with checkpoints, and ``{out}`` the
+``--out`` path that must not exist afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from naspipe.cli import main
+from tests.conftest import run_cli
+
+SMALL = ("--set", "space.blocks=4", "--set", "space.candidates=3", "--set", "space.dim=16", "--set", "space.seq_len=8")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    expect: str  # a substring of the one error line (the file, field or value it names)
+    setup: Callable[[Path, Path], object] | None = None  # (tmp, run): prepare bad files under tmp
+
+
+def write(name: str, data: bytes) -> Callable[[Path, Path], object]:
+    return lambda tmp, run: (tmp / name).write_bytes(data)
+
+
+def damaged_run(file: str, edit: Callable[[bytes], bytes] | None) -> Callable[[Path, Path], None]:
+    """A copy of the good run at ``{tmp}/bad`` with ``file`` rewritten by ``edit`` (None: removed)."""
+
+    def setup(tmp: Path, run: Path) -> None:
+        shutil.copytree(run, tmp / "bad", ignore=shutil.ignore_patterns("checkpoints"))
+        path = tmp / "bad" / file
+        if edit is None:
+            path.unlink()
+        else:
+            path.write_bytes(edit(path.read_bytes()))
+
+    return setup
+
+
+def replace_line(index: int, old: bytes, new: bytes) -> Callable[[bytes], bytes]:
+    def edit(data: bytes) -> bytes:
+        lines = data.split(b"\n")
+        assert old in lines[index], (old, lines[index])  # the damage must really be applied
+        lines[index] = lines[index].replace(old, new, 1)
+        return b"\n".join(lines)
+
+    return edit
+
+
+def train(*args: str) -> tuple[str, ...]:
+    return ("train", "--steps", "4", *SMALL, *args, "--out", "{out}")
+
+
+CASES = [
+    # -- train: config values out of range -------------------------------------------------------
+    Case("momentum<0", train("--set", "optimizer.momentum=-1"), "'optimizer.momentum': -1.0"),
+    Case("weight_decay<0", train("--set", "optimizer.weight_decay=-2"), "'optimizer.weight_decay': -2.0"),
+    Case("betas>1", train("--set", "optimizer.betas=[2,3]"), "'optimizer.betas': (2.0, 3.0)"),
+    Case("betas-length", train("--set", "optimizer.betas=[0.9]"), "'optimizer.betas'"),
+    Case("eps<0", train("--set", "optimizer.eps=-1"), "'optimizer.eps': -1.0"),
+    Case("lr-inf", train("--set", "optimizer.lr=.inf"), "'optimizer.lr': inf"),
+    Case("lr-nan", train("--set", "optimizer.lr=.nan"), "'optimizer.lr': nan"),
+    Case("lr-zero", train("--set", "optimizer.lr=0"), "'optimizer.lr': 0.0"),
+    Case("timeout-nan", train("--set", "timeout_s=.nan"), "'timeout_s': nan"),
+    Case("optimizer-name", train("--set", "optimizer.name=rmsprop"), "'rmsprop'"),
+    Case("optimizer-not-mapping", train("--set", "optimizer=3"), "'optimizer'"),
+    Case("stages-0", ("train", "--stages", "0", "--out", "{out}"), "'stages': 0"),
+    Case("steps-0", ("train", "--steps", "0", "--out", "{out}"), "'steps': 0"),
+    Case("keep-0", train("--set", "keep_checkpoints=0"), "'keep_checkpoints': 0"),
+    Case("threads-0", train("--set", "threads=0"), "'threads': 0"),
+    Case("inflight<0", train("--set", "max_inflight=-1"), "'max_inflight': -1"),
+    Case("timeout-not-a-number", train("--set", "timeout_s=abc"), "'timeout_s'"),
+    Case("unknown-key", train("--set", "optimiser.lr=1"), "'optimiser'"),
+    Case("set-without-equals", train("--set", "noequals"), "noequals"),
+    Case("device", train("--set", "device=tpu"), "'tpu'"),
+    Case("system", train("--system", "nosuch"), "'nosuch'"),
+    Case("bulk-boundary", train("--system", "gpipe", "--stages", "2", "--checkpoint-every", "3"),
+         "checkpoint_every (3)"),
+    Case("too-many-stages", train("--stages", "100"), "--stages 100"),
+    Case("partition-costs", train("--set", "partition_costs=/nonexistent/costs.csv"), "/nonexistent/costs.csv"),
+    # -- train: space options ----------------------------------------------------------------------
+    Case("space", train("--space", "nosuch"), "'nosuch'"),
+    Case("space-option", train("--set", "space.nosuch=1"), "'nosuch'"),
+    Case("space-dim-0", train("--set", "space.dim=0"), "'dim'"),
+    Case("space-dropout", train("--set", "space.dropout=1.5"), "'dropout'"),
+    Case("space-heads", train("--set", "space.dim=18", "--set", "space.heads=4"), "'heads'"),
+    Case("space-dim-huge", train("--set", "space.dim=1000000000"), "layer 0 (embedding) needs about 268.2 GiB"),
+    Case("space-vocab-huge", train("--set", "space.vocab=1000000000"), "available"),
+    # -- train: config files -----------------------------------------------------------------------
+    Case("config-missing", train("--config", "{tmp}/missing.yaml"), "missing.yaml"),
+    Case("config-not-utf8", train("--config", "{tmp}/c.yaml"), "c.yaml: not UTF-8",
+         write("c.yaml", b"seed: 1\n\xff\xfe\n")),
+    Case("config-bad-yaml", train("--config", "{tmp}/c.yaml"), "c.yaml line", write("c.yaml", b"seed: [1,\n")),
+    Case("config-a-list", train("--config", "{tmp}/c.yaml"), "c.yaml: expected a mapping",
+         write("c.yaml", b"- 1\n")),
+    Case("config-a-directory", train("--config", "{tmp}"), "config file"),
+    Case("config-bad-value", train("--config", "{tmp}/c.yaml"), "'optimizer.eps'",
+         write("c.yaml", b"optimizer: {eps: -1}\n")),
+    # -- train --resume ----------------------------------------------------------------------------
+    Case("resume-missing", train("--resume", "{tmp}/nowhere"), "nowhere"),
+    Case("resume-no-checkpoint", train("--resume", "{tmp}"), "no complete checkpoint"),
+    Case("resume-other-seed", ("train", "--steps", "8", "--seed", "5", *SMALL, "--resume", "{run}", "--out", "{out}"),
+         "config key 'seed'"),
+    Case("resume-other-space", ("train", "--steps", "8", "--resume", "{run}", "--out", "{out}"), "config key 'space'"),
+    Case("resume-steps-not-past", ("train", "--steps", "2", *SMALL, "--resume", "{run}", "--out", "{out}"),
+         "is not past the checkpoint's step"),
+    # -- compare -----------------------------------------------------------------------------------
+    Case("compare-one-run", ("compare", "{run}"), "at least two"),
+    Case("compare-missing-dir", ("compare", "{run}", "{tmp}/nowhere"), "nowhere: not a run directory"),
+    Case("compare-a-file", ("compare", "{run}", "{tmp}/f"), "f: not a run directory", write("f", b"x")),
+    Case("compare-missing-losses", ("compare", "{run}", "{tmp}/bad"), "losses.csv: No such file",
+         damaged_run("losses.csv", None)),
+    Case("compare-binary", ("compare", "{run}", "{tmp}/bad"), "losses.csv line 3: not UTF-8",
+         damaged_run("losses.csv", replace_line(2, b"0x", b"\xff\xfe\x00"))),
+    Case("compare-subnet-not-int", ("compare", "{run}", "{tmp}/bad"), "losses.csv line 2: subnet 'x0'",
+         damaged_run("losses.csv", replace_line(1, b"0,", b"x0,"))),
+    Case("compare-bad-hex", ("compare", "{run}", "{tmp}/bad"), "losses.csv line 3: loss_hex '0xzz",
+         damaged_run("losses.csv", replace_line(2, b"0x1", b"0xzz"))),
+    Case("compare-truncated-row", ("compare", "{run}", "{tmp}/bad"), "losses.csv line 8: 2 fields",
+         damaged_run("losses.csv", lambda d: d + b"9,1-2")),
+    Case("compare-missing-column", ("compare", "{run}", "{tmp}/bad"), "missing column 'loss_hex'",
+         damaged_run("losses.csv", replace_line(0, b"loss_hex", b"hex"))),
+    Case("compare-duplicate-subnet", ("compare", "{run}", "{tmp}/bad"), "subnet 0 appears twice",
+         damaged_run("losses.csv", lambda d: d + d.split(b"\n")[1] + b"\n")),
+    Case("compare-layer-not-int", ("compare", "{run}", "{tmp}/bad"), "layer_hashes.csv line 2: layer 'L'",
+         damaged_run("layer_hashes.csv", replace_line(1, b"0,", b"L,"))),
+    Case("compare-bad-weights", ("compare", "{run}", "{tmp}/bad"), "weights.sha256: 'nothex'",
+         damaged_run("weights.sha256", lambda d: b"nothex\n")),
+    # -- prepare -----------------------------------------------------------------------------------
+    Case("prepare-missing-src", ("prepare", "wmt", "--src", "{tmp}/a.en", "--tgt", "{tmp}/a.de", "--vocab-size", "64",
+                                 "--out", "{out}"), "a.en"),
+    Case("prepare-line-counts", ("prepare", "wmt", "--src", "{tmp}/a.en", "--tgt", "{tmp}/a.de", "--vocab-size", "64",
+                                 "--out", "{out}"), "line counts differ",
+         lambda tmp, run: ((tmp / "a.en").write_text("a b\nc d\n"), (tmp / "a.de").write_text("x\n"))),
+    Case("prepare-not-utf8", ("prepare", "wmt", "--src", "{tmp}/a.en", "--tgt", "{tmp}/a.de", "--vocab-size", "64",
+                              "--out", "{out}"), "a.en:1: invalid UTF-8",
+         lambda tmp, run: ((tmp / "a.en").write_bytes(b"\xff\xfe\n"), (tmp / "a.de").write_text("x\n"))),
+    Case("prepare-fairseq-missing", ("prepare", "fairseq", "--data", "{tmp}/nowhere", "--out", "{out}"), "nowhere"),
+    Case("prepare-fairseq-empty", ("prepare", "fairseq", "--data", "{tmp}", "--out", "{out}"), "no fairseq shards"),
+    Case("prepare-imagenet-missing", ("prepare", "imagenet", "--root", "{tmp}/nowhere", "--out", "{out}"), "nowhere"),
+    # -- profile -----------------------------------------------------------------------------------
+    Case("profile-space", ("profile", "--space", "nosuch", "--out", "{out}"), "'nosuch'"),
+    Case("profile-repeats", ("profile", "--space", "toy", "--repeats", "0", "--out", "{out}"), "repeats=0"),
+    Case("profile-warmup", ("profile", "--space", "toy", "--warmup", "-1", "--out", "{out}"), "warmup=-1"),
+    Case("profile-threads", ("profile", "--space", "toy", "--threads", "0", "--out", "{out}"), "--threads"),
+    Case("profile-set", ("profile", "--space", "toy", "--set", "noequals", "--out", "{out}"), "noequals"),
+    Case("profile-option", ("profile", "--space", "toy", "--set", "space.nosuch=1", "--out", "{out}"), "'nosuch'"),
+    Case("profile-dim", ("profile", "--space", "toy", "--set", "space.dim=0", "--out", "{out}"), "'dim'"),
+]
+
+# Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.
+IN_SUBPROCESS = ("momentum<0", "compare-binary", "space-dim-huge")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished one-stage run with checkpoints at steps 2 and 4 (4 losses)."""
+    run = tmp_path_factory.mktemp("good") / "run"
+    assert main(["train", "--steps", "6", "--checkpoint-every", "2", "--set", "progress=off", *SMALL,
+                 "--out", str(run)]) == 0
+    return run
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def prepared(case: Case, tmp_path: Path, run: Path) -> tuple[list[str], Path, Path]:
+    tmp, out = tmp_path / "case", tmp_path / "out"
+    tmp.mkdir()
+    if case.setup is not None:
+        case.setup(tmp, run)
+    args = [a.format(tmp=tmp, run=run, out=out) for a in case.args]
+    return args, tmp, out
+
+
+def check_error(status: int, stderr: str, case: Case) -> None:
+    lines = stderr.strip().splitlines()
+    assert status == 2, stderr
+    assert "Traceback" not in stderr
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("naspipe: error: "), lines[0]
+    assert case.expect in lines[0], lines[0]
+
+
+def test_the_table_is_large_and_names_are_unique():
+    assert len(CASES) >= 40
+    assert len({c.name for c in CASES}) == len(CASES)
+    assert set(IN_SUBPROCESS) <= {c.name for c in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, finished_run, capsys):
+    args, tmp, out = prepared(case, tmp_path, finished_run)
+    before, run_before = snapshot(tmp_path), snapshot(finished_run)
+    capsys.readouterr()
+    status = main(args)
+    check_error(status, capsys.readouterr().err, case)
+    assert not out.exists()
+    assert snapshot(tmp_path) == before
+    assert snapshot(finished_run) == run_before
+
+
+@pytest.mark.parametrize("name", IN_SUBPROCESS)
+def test_bad_input_contract_holds_for_a_real_process(name, tmp_path, tmp_path_factory, finished_run):
+    case = next(c for c in CASES if c.name == name)
+    args, tmp, out = prepared(case, tmp_path, finished_run)
+    temp = tmp_path_factory.mktemp("TMPDIR")
+    before = snapshot(tmp_path)
+    result = run_cli(*args, env={"TMPDIR": str(temp)}, timeout=120)
+    check_error(result.returncode, result.stderr, case)
+    assert result.stdout == ""
+    assert not out.exists()
+    assert snapshot(tmp_path) == before
+    assert [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")] == []  # torch's shared cache
