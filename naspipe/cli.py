@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(sub)
     _compare_parser(sub)
     for module, adder in (("naspipe.data.cli", "add_prepare_parser"), ("naspipe.profile", "add_profile_parser"),
-                          ("naspipe.report.access_order", "add_access_order_parser")):
+                          ("naspipe.report.access_order", "add_access_order_parser"), ("naspipe.gpus", "add_parser")):
         try:
             getattr(__import__(module, fromlist=[adder]), adder)(sub)
         except ModuleNotFoundError:
@@ -99,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from naspipe.profile import run_profile
 
             return run_profile(args)
+        if args.command == "with-gpus":
+            from naspipe.gpus import run as run_with_gpus
+
+            return run_with_gpus(args)
         if args.command == "access-order":
             from naspipe.report.access_order import run_access_order
 
