@@ -4,8 +4,11 @@ Every step is one rule file under workflow/rules/ calling one `naspipe` command;
 rule file included below plus a section of the report. See config/README.md for every config key.
 """
 
+# The default config unless the command line names one (snakemake would deep-merge the two otherwise,
+# so `--configfile config/paper.yaml` would also train the default's spaces).
+if not workflow.overwrite_configfiles:
 
-configfile: "config/config.yaml"
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

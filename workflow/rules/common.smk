@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -39,16 +40,30 @@ def config_error(key, message):
 
 
 def _check_schema():
+    """snakemake's validate decides; on failure, the best-matching error is restated as one line."""
+    schema_file = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
     try:
-        validate(config, "../schemas/config.schema.yaml")
-    except WorkflowError as exc:
-        cause = next(
-            (a for a in exc.args if isinstance(a, jsonschema.ValidationError)), None
+        validate(config, schema_file)
+    except WorkflowError:
+        schema = yaml.safe_load(schema_file.read_text())
+        cause = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(schema).iter_errors(config)
         )
         if cause is None:
             raise
-        key = ".".join(str(p) for p in cause.absolute_path) or "(top level)"
-        config_error(key, cause.message.replace("\n", " "))
+        path = [str(p) for p in cause.absolute_path]
+        message = cause.message.replace("\n", " ")
+        if cause.validator == "additionalProperties" and isinstance(
+            cause.instance, dict
+        ):
+            known = cause.schema.get("properties", {})
+            path.append(sorted(k for k in cause.instance if k not in known)[0])
+            message = f"unknown key (allowed: {', '.join(known) or 'none'})"
+        elif cause.validator == "required":
+            missing = [k for k in cause.validator_value if k not in cause.instance]
+            path.append(missing[0])
+            message = "required key missing"
+        config_error(".".join(path) or "(top level)", message)
 
 
 def _check_references():
