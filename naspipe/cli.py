@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(sub)
     _compare_parser(sub)
     for module, adder in (("naspipe.data.cli", "add_prepare_parser"), ("naspipe.profile", "add_profile_parser"),
-                          ("naspipe.report.access_order", "add_access_order_parser"), ("naspipe.gpus", "add_parser")):
+                          ("naspipe.report.access_order", "add_access_order_parser"),
+                          ("naspipe.partition_cli", "add_parser"), ("naspipe.report.reproducibility", "add_parser"),
+                          ("naspipe.report.cli", "add_parser"), ("naspipe.gpus", "add_parser")):
         try:
             getattr(__import__(module, fromlist=[adder]), adder)(sub)
         except ModuleNotFoundError:
@@ -84,6 +86,11 @@ def _compare(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
+# commands whose parser and runner live in their own module (add_parser / run)
+_MODULE_COMMANDS = {"partition": "naspipe.partition_cli", "reproducibility": "naspipe.report.reproducibility",
+                    "report": "naspipe.report.cli", "with-gpus": "naspipe.gpus"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -99,14 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from naspipe.profile import run_profile
 
             return run_profile(args)
-        if args.command == "with-gpus":
-            from naspipe.gpus import run as run_with_gpus
-
-            return run_with_gpus(args)
         if args.command == "access-order":
             from naspipe.report.access_order import run_access_order
 
             return run_access_order(args)
+        if args.command in _MODULE_COMMANDS:
+            return __import__(_MODULE_COMMANDS[args.command], fromlist=["run"]).run(args)
     except UsageError as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 2

@@ -58,6 +58,11 @@ class Config:
         "or a profile CSV written by 'naspipe profile'",
         default="params",
     )
+    partition_file: str = _doc(
+        "a partition JSON written by 'naspipe partition' whose bounds the run uses instead of computing its own "
+        "('' : compute from partition_costs)",
+        default="",
+    )
     checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)
     keep_checkpoints: int = _doc("checkpoints kept on disk (oldest removed first)", default=2)
     threads: int = _doc("intra-op threads per stage process (fixed for reproducibility)", default=1)

@@ -49,9 +49,18 @@ def build_job(config: Config) -> Job:
             f"--stages {config.stages} exceeds the {structure.num_positions} layers of a subnet of space {space.name!r}"
         )
     check_bulk_boundary(config, "checkpoint_every", config.checkpoint_every)
-    partition = balanced_partition(position_costs(space, config.partition_costs), config.stages)
+    partition = _partition(config, space)
     stream = SubnetStream(structure.choices_per_block, config.seed)
     return Job(config, space, stream, partition, PipelinePlan(structure, partition, stream))
+
+
+def _partition(config: Config, space: SearchSpace) -> Partition:
+    """The bounds of ``partition_file`` when given (checked against this run), else balanced over the costs."""
+    if config.partition_file:
+        from naspipe.partition_file import partition_for_run
+
+        return partition_for_run(Path(config.partition_file), space.name, config.stages, space.structure.num_positions)
+    return balanced_partition(position_costs(space, config.partition_costs), config.stages)
 
 
 def check_bulk_boundary(config: Config, what: str, step: int) -> None:

@@ -1,0 +1,49 @@
+"""``naspipe report``: every table, figure and ``report.md`` from run directories, in one go.
+
+    naspipe report --runs DIR [DIR ...] --reproducibility F.json [...] [--profile SPACE=F.csv ...] --out RESULTS
+
+Writes ``RESULTS/tables/*.{csv,md}``, ``RESULTS/figures/*.png`` and ``RESULTS/report.md``.
+Every file is always written (an empty table says so), so a workflow's output list is
+static. All inputs are read and every section built in memory first: bad input is one line
+and exit 2 with nothing written; each file is then written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from naspipe.fsutil import atomic_write_bytes, atomic_write_text
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write the paper's tables, figures and report.md from run directories",
+                       description=__doc__.splitlines()[0])
+    # action="extend": each flag takes one or more values and may also be repeated
+    p.add_argument("--runs", nargs="+", action="extend", type=Path, required=True, metavar="DIR",
+                   help="run directories")
+    p.add_argument("--reproducibility", nargs="+", action="extend", type=Path, default=[], metavar="F.json",
+                   help="files written by 'naspipe reproducibility' (Table 3)")
+    p.add_argument("--profile", nargs="+", action="extend", default=[], metavar="SPACE=F.csv",
+                   help="profile CSV of a space written by 'naspipe profile' (Table 5)")
+    p.add_argument("--out", type=Path, required=True, help="results directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    from naspipe.report.document import render_report
+    from naspipe.report.inputs import load_inputs
+    from naspipe.report.section import Figure
+    from naspipe.report.sections import build_sections
+
+    inputs = load_inputs(args.runs, args.reproducibility, args.profile)
+    sections = build_sections(inputs)
+    document = render_report(inputs, sections)
+    for section in sections:
+        if isinstance(section, Figure):
+            atomic_write_bytes(args.out / "figures" / f"{section.name}.png", section.png)
+        else:
+            atomic_write_text(args.out / "tables" / f"{section.name}.csv", section.csv())
+            atomic_write_text(args.out / "tables" / f"{section.name}.md", f"# {section.title}\n\n{section.markdown()}")
+    atomic_write_text(args.out / "report.md", document)
+    print(f"report: {len(sections)} sections, {len(inputs.runs)} runs -> {args.out / 'report.md'}")
+    return 0

@@ -1,0 +1,49 @@
+"""Figure 7: throughput and bubble ratio against the stage count per system (paper Figure 7, two panels).
+
+Both come from Table 2's medians. More stages add pipeline parallelism only when the
+scheduler keeps stages busy: the bubble panel shows how much of the added capacity idles.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import seaborn as sns
+
+from naspipe.report.inputs import ReportInputs
+from naspipe.report.plotting import no_data, render
+from naspipe.report.section import Figure
+from naspipe.report.table2_systems import system_frame
+
+
+def build(inputs: ReportInputs) -> Figure:
+    frame = system_frame(inputs)
+    style = "space" if frame["space"].nunique() > 1 else None
+
+    def draw(axes: Any) -> None:
+        for ax, metric, label in zip(axes, ("throughput_samples_s", "bubble_ratio"),
+                                     ("throughput (samples/s)", "bubble ratio"), strict=True):
+            if frame.empty:
+                no_data(ax)
+                continue
+            marks = {"style": style, "markers": True, "dashes": False} if style else {"marker": "o"}
+            sns.lineplot(data=frame, x="stages", y=metric, hue="system", ax=ax, **marks)
+            ax.set(title=f"{label} against stages", xlabel="stages D", ylabel=label)
+            ax.set_xticks(sorted(frame["stages"].unique()))
+
+    return Figure("fig7_scaling", "Figure 7: throughput and bubble against stage count", render(draw, 2),
+                  _reading(frame))
+
+
+def _reading(frame: pd.DataFrame) -> str:
+    multi = frame[frame.groupby(["space", "system"])["stages"].transform("nunique") > 1] if not frame.empty else frame
+    if multi.empty:
+        return "No system ran at more than one stage count."
+    text = []
+    for (space, system), group in multi.groupby(["space", "system"], sort=True):
+        lo, hi = group.loc[group["stages"].idxmin()], group.loc[group["stages"].idxmax()]
+        text.append(f"`{space}` {system}: D={lo.stages} to D={hi.stages} scales throughput "
+                    f"{hi.throughput_samples_s / lo.throughput_samples_s:.2f}x, bubble {lo.bubble_ratio:.2f} to "
+                    f"{hi.bubble_ratio:.2f}.")
+    return " ".join(text)

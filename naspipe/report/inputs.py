@@ -1,0 +1,80 @@
+"""Everything the report reads, loaded and validated before anything is written.
+
+Run directories describe themselves (:mod:`naspipe.report.runinfo`); reproducibility JSON
+files come from ``naspipe reproducibility``; profiles are ``SPACE=F.csv`` pairs written by
+``naspipe profile``. Bad input of any kind is one UsageError naming the file or argument.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from naspipe.errors import UsageError
+from naspipe.report.runinfo import RunInfo, read_run_info
+
+# the order systems appear in tables and legends: the reference, NASPipe, its ablation, the baselines
+SYSTEM_ORDER = ("sequential", "csp", "csp-no-scheduler", "gpipe", "vpipe", "pipedream")
+REPRO_FIELDS = ("path", "system", "stages", "seed", "final_loss", "weights_sha256", "identical", "first_divergence")
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    runs: list[RunInfo]
+    reproducibility: list[dict[str, Any]] = field(default_factory=list)
+    profiles: dict[str, Path] = field(default_factory=dict)  # space -> profile CSV
+
+    @property
+    def spaces(self) -> list[str]:
+        return sorted({r.space for r in self.runs} | {d["space"] for d in self.reproducibility})
+
+    def runs_of(self, space: str) -> list[RunInfo]:
+        return sorted((r for r in self.runs if r.space == space), key=lambda r: (system_rank(r.system), r.stages, r.seed))
+
+
+def system_rank(system: str) -> tuple[int, str]:
+    return (SYSTEM_ORDER.index(system) if system in SYSTEM_ORDER else len(SYSTEM_ORDER), system)
+
+
+def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str]) -> ReportInputs:
+    infos = [read_run_info(p) for p in runs]
+    seen: dict[Path, Path] = {}
+    for info in infos:
+        key = info.path.resolve()
+        if key in seen:
+            raise UsageError(f"run directory {info.path} given twice")
+        seen[key] = info.path
+    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles))
+
+
+def read_reproducibility(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"reproducibility file {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"reproducibility file {path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("space"), str) or not isinstance(data.get("runs"), list):
+        raise UsageError(f"reproducibility file {path}: expected an object with 'space' and a 'runs' list")
+    for i, entry in enumerate(data["runs"]):
+        missing = [k for k in REPRO_FIELDS if not isinstance(entry, dict) or k not in entry]
+        if missing:
+            raise UsageError(f"reproducibility file {path}: runs[{i}] lacks field {missing[0]!r}")
+    return data
+
+
+def parse_profiles(specs: list[str]) -> dict[str, Path]:
+    profiles: dict[str, Path] = {}
+    for spec in specs:
+        space, sep, file = spec.partition("=")
+        if not sep or not space or not file:
+            raise UsageError(f"--profile {spec!r}: expected SPACE=FILE.csv")
+        path = Path(file)
+        if not path.is_file():
+            raise UsageError(f"--profile {spec!r}: {path} is not a file")
+        if space in profiles:
+            raise UsageError(f"--profile {spec!r}: space {space!r} given twice")
+        profiles[space] = path
+    return profiles

@@ -1,0 +1,78 @@
+"""``naspipe reproducibility``: is each run bitwise identical to the sequential reference?
+
+    naspipe reproducibility REFERENCE_RUN RUN [RUN ...] --out F.json
+
+The verdict goes into a JSON file (paper Table 3's raw data) and the command exits 0 once it
+is written, whatever the verdict, so a workflow can collect differing runs as results rather
+than failures; ``naspipe compare`` keeps its 0/1 exit for humans. Equality is decided by
+:func:`naspipe.compare.compare_pair` (exact losses, layer digests, weights digest); the first
+diverging step and layers say where a system stops being sequential.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from naspipe.compare import RunRecord, compare_pair, read_run
+from naspipe.errors import UsageError
+from naspipe.fsutil import atomic_write_json
+from naspipe.report.runinfo import RunInfo, read_run_info
+
+SHOWN_LAYERS = 5
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reproducibility", help="compare runs with the sequential reference and write the verdict as JSON",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("reference", type=Path, help="the sequential D=1 run of the same space and seed")
+    p.add_argument("runs", nargs="+", type=Path, help="run directories to compare with it")
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+
+
+def first_divergence(ref: RunRecord, run: RunRecord) -> dict[str, Any] | None:
+    """The first subnet whose loss differs (None if all shared losses agree) and the first differing layers."""
+    if not compare_pair(ref, run):
+        return None
+    step = next((y for y in sorted(ref.losses.keys() & run.losses.keys()) if ref.losses[y] != run.losses[y]), None)
+    if step is None and ref.losses.keys() != run.losses.keys():
+        step = min(ref.losses.keys() ^ run.losses.keys())
+    layers = sorted(l for l in ref.layers.keys() & run.layers.keys() if ref.layers[l] != run.layers[l])
+    return {"step": step, "layers": layers[:SHOWN_LAYERS]}
+
+
+def final_loss(record: RunRecord) -> float | None:
+    return float.fromhex(record.losses[max(record.losses)]) if record.losses else None
+
+
+def run_entry(ref: RunRecord, info: RunInfo) -> dict[str, Any]:
+    record = read_run(info.path)
+    divergence = first_divergence(ref, record)
+    return {"path": str(info.path), "system": info.system, "stages": info.stages, "seed": info.seed,
+            "final_loss": final_loss(record), "weights_sha256": record.weights, "identical": divergence is None,
+            "first_divergence": divergence}
+
+
+def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
+    ref_info = read_run_info(reference)
+    infos = [read_run_info(p) for p in runs]
+    for info in infos:
+        if (info.space, info.seed) != (ref_info.space, ref_info.seed):
+            raise UsageError(f"run {info.path}: space {info.space!r} seed {info.seed} does not match the reference "
+                             f"{reference} (space {ref_info.space!r} seed {ref_info.seed})")
+    systems = sorted({i.system for i in infos})
+    ref = read_run(reference)
+    entries = [run_entry(ref, i) for i in infos]
+    return {"space": ref_info.space, "system": systems[0] if len(systems) == 1 else ",".join(systems),
+            "seed": ref_info.seed, "reference": str(reference), "runs": entries,
+            "identical_all": all(e["identical"] for e in entries)}
+
+
+def run(args: argparse.Namespace) -> int:
+    data = build(args.reference, args.runs)
+    atomic_write_json(args.out, data)
+    for e in data["runs"]:
+        verdict = "IDENTICAL" if e["identical"] else f"DIFFERENT (first divergence {e['first_divergence']})"
+        print(f"{e['system']} D={e['stages']} seed={e['seed']}: {verdict}")
+    return 0

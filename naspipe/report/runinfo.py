@@ -1,0 +1,83 @@
+"""A run directory as the report sees it: who ran what (from ``metrics.json``) and its results.
+
+Runs describe themselves: ``metrics.json`` names the system, space and stage count and echoes
+the config (seed, space options), so the report never parses directory names. Anything
+missing or malformed is a UsageError naming the file and field, raised before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from naspipe.errors import UsageError
+
+NEEDED = ("system", "space", "stages", "subnets", "makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s",
+          "config")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    path: Path
+    metrics: dict[str, Any]
+
+    @property
+    def system(self) -> str:
+        return str(self.metrics["system"])
+
+    @property
+    def space(self) -> str:
+        return str(self.metrics["space"])
+
+    @property
+    def stages(self) -> int:
+        return int(self.metrics["stages"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.metrics["config"].get("seed", 0))
+
+    @property
+    def space_options(self) -> dict[str, Any]:
+        return {k: v for k, v in self.metrics["config"].get("space", {}).items() if k != "name"}
+
+    @property
+    def shared_policy(self) -> str:
+        return str(self.metrics["config"].get("shared_policy", "frozen"))
+
+    @property
+    def device(self) -> str:
+        return str(self.metrics.get("device", "?"))
+
+    @property
+    def label(self) -> str:
+        return f"{self.space}/{self.system} D={self.stages} seed={self.seed}"
+
+
+def read_run_info(path: Path) -> RunInfo:
+    if not path.is_dir():
+        raise UsageError(f"run directory {path}: not found")
+    file = path / "metrics.json"
+    try:
+        metrics = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{file}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{file}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(metrics, dict):
+        raise UsageError(f"{file}: expected a JSON object")
+    missing = [k for k in NEEDED if k not in metrics]
+    if missing:
+        raise UsageError(f"{file}: missing field {missing[0]!r}")
+    if not isinstance(metrics["config"], dict) or not isinstance(metrics["config"].get("space", {}), dict):
+        raise UsageError(f"{file}: field 'config' must be an object with a 'space' object")
+    for key in ("stages", "subnets"):
+        if not isinstance(metrics[key], int) or isinstance(metrics[key], bool):
+            raise UsageError(f"{file}: field {key!r} must be an integer, got {metrics[key]!r}")
+    for key in ("makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s"):
+        if not isinstance(metrics[key], (int, float)) or isinstance(metrics[key], bool):
+            raise UsageError(f"{file}: field {key!r} must be a number, got {metrics[key]!r}")
+    return RunInfo(path, metrics)

@@ -1,0 +1,75 @@
+"""Table 1: the search spaces of the runs (blocks, candidates, layers, supernet and subnet parameters).
+
+Parameter counts come from building each distinct (operation, position) once on torch's
+``meta`` device, which allocates no storage, so even the 4,610-layer ``nlp.c0`` supernet is
+counted in well under a second. The mean subnet size assumes uniform sampling: shared
+layers plus, per block, the mean size of its candidates.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pandas as pd
+
+from naspipe.errors import UsageError
+from naspipe.report.inputs import ReportInputs
+from naspipe.report.section import Table
+
+
+def layer_params(space: Any) -> list[int]:
+    """Parameter count of every layer of ``space``, one meta-device build per (op, position)."""
+    import torch
+
+    structure = space.structure
+
+    @cache
+    def count(op: str, position: int, layer: int) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in space.make_layer(layer).parameters())
+
+    first: dict[tuple[str, int], int] = {}
+    for layer in range(structure.num_layers):
+        first.setdefault((structure.op_name(layer), structure.position_of(layer)), layer)
+    return [count(structure.op_name(l), structure.position_of(l), first[(structure.op_name(l), structure.position_of(l))])
+            for l in range(structure.num_layers)]
+
+
+def space_row(name: str, options: dict[str, Any], shared_policy: str) -> dict[str, Any]:
+    from naspipe.space import make_space
+
+    try:
+        space = make_space(name, options, shared_policy)
+    except ValueError as exc:
+        raise UsageError(f"space {name!r} of the runs: {exc}") from None
+    s = space.structure
+    params = layer_params(space)
+    shared = sum(params[l] for l in range(s.num_layers) if s.is_shared(l))
+    per_block = [[params[s.layer_id(b, c)] for c in range(len(block))] for b, block in enumerate(s.blocks)]
+    candidates = sorted(set(s.choices_per_block))
+    return {"space": name, "blocks": len(s.blocks),
+            "candidates_per_block": "/".join(map(str, candidates)),
+            "layers": s.num_layers, "positions": s.num_positions,
+            "supernet_params": sum(params),
+            "mean_subnet_params": round(shared + sum(sum(b) / len(b) for b in per_block))}
+
+
+def build(inputs: ReportInputs) -> Table:
+    rows = []
+    for name in sorted({r.space for r in inputs.runs}):
+        run = inputs.runs_of(name)[0]
+        rows.append(space_row(name, run.space_options, run.shared_policy))
+    columns = ["space", "blocks", "candidates_per_block", "layers", "positions", "supernet_params",
+               "mean_subnet_params"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return Table("table1_spaces", "Table 1: search spaces", frame, _reading(frame))
+
+
+def _reading(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "No run names a search space."
+    parts = [f"`{r.space}` has {r.blocks} choice blocks of {r.candidates_per_block} candidates ({r.layers} layers, "
+             f"{r.supernet_params:,} parameters); a subnet trains {r.mean_subnet_params / r.supernet_params:.1%} of them "
+             f"on average" for r in frame.itertuples()]
+    return "; ".join(parts) + ". Every step trains one subnet, so most of the supernet is idle at any time."
