@@ -173,6 +173,16 @@ def job_resources(rule_name, key, fallback):
     return config.get("resources", {}).get(rule_name, {}).get(key, fallback)
 
 
+def train_mem_mb(stages):
+    """Memory per node (`--mem` is per node): one share per stage process on the node."""
+    per_node = (
+        min(int(stages), job_resources("train", "gpus_per_node", 8))
+        if CUDA
+        else int(stages)
+    )
+    return job_resources("train", "mem_mb_per_stage", 2000) * per_node
+
+
 def train_nodes(stages):
     """Nodes a cuda training job spans: one GPU per stage, `gpus_per_node` per node."""
     if not CUDA:
@@ -270,13 +280,15 @@ def train_args(wildcards):
 
 
 def train_launcher(wildcards):
-    """Local: claim the GPUs (none on cpu). Multi-node cuda: srun, one task per stage (SLURM assigns devices)."""
+    """Local: claim the GPUs (none on cpu). Multi-node cuda: srun, one task per stage (SLURM assigns devices).
+
+    The job script runs on the allocation's first node, where srun starts task 0 (the rendezvous host).
+    """
     stages = int(wildcards.stages)
     if train_nodes(stages) > 1:
         rendezvous = (
-            'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) '
+            "MASTER_ADDR=$(hostname) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))"
         )
-        rendezvous += "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))"
         return f"export {rendezvous}; srun --ntasks={stages} --ntasks-per-gpu=1 --kill-on-bad-exit=1"
     return f"python -m naspipe with-gpus {stages if CUDA else 0} --"
 

@@ -28,8 +28,7 @@ rule train:
         slurm_partition=lambda wc: job_resources("train", "partition", ""),
         cpus_per_task=lambda wc: job_resources("train", "cpus_per_stage", 1)
         * (1 if train_nodes(wc.stages) > 1 else int(wc.stages)),
-        mem_mb=lambda wc: job_resources("train", "mem_mb_per_stage", 2000)
-        * int(wc.stages),
+        mem_mb=lambda wc: train_mem_mb(wc.stages),
         runtime=lambda wc: job_resources("train", "runtime", 120),
     params:
         args=train_args,
