@@ -306,7 +306,9 @@ FIGURES = ["fig4_loss_vs_time", "fig5_throughput", "fig7_scaling"]
 
 
 def report_file(path, caption, category):
-    return report(path, caption=f"../report/{caption}.rst", category=category)
+    """A report()-flagged output; the caption path is absolute because `all` (in the Snakefile) reuses it."""
+    captions = Path(workflow.basedir) / "workflow" / "report"
+    return report(path, caption=str(captions / f"{caption}.rst"), category=category)
 
 
 REPORT_OUTPUTS = (
