@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from itertools import product
 from pathlib import Path
 
@@ -201,6 +203,35 @@ def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: P
     report = ("results/tables/", "results/figures/", "results/report.md")
     assert outputs and all("/toy" in o or o.startswith(report) for o in outputs), outputs
     assert not [o for o in outputs if "nlp.tiny" in o]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_nothing_partial_left(tmp_path: Path) -> None:
+    """SIGKILL the whole run mid-training (a lost node); unlock + --rerun-incomplete finishes it cleanly."""
+    if not train_supports_overwrite():
+        pytest.skip("needs `naspipe train --overwrite` (merged from another branch)")
+    config = write_config(tmp_path / "c.yaml", {
+        "device": "cpu", "seeds": [0], "steps": 400, "stages": [2], "systems": ["csp"],
+        "partition_costs": "params", "datasets": {}, "spaces": {"toy": {}}})
+    run = tmp_path / "results" / "runs" / "toy" / "csp" / "D2-seed0"
+    args = ["--cores", "2", "--configfile", str(config), "--directory", str(tmp_path), str(run.relative_to(tmp_path))]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    partial = run.with_name(run.name + ".partial")
+    deadline = time.monotonic() + 300
+    while not partial.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert partial.exists() and first.poll() is None, "the run finished or failed before it could be killed"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert not run.exists()
+    assert snakemake("--unlock", *args[2:]).returncode == 0
+    again = snakemake("--rerun-incomplete", *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (run / "weights.sha256").is_file()
+    assert not list((tmp_path / "results").rglob("*.partial"))
 
 
 @pytest.mark.slow
