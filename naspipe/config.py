@@ -60,7 +60,7 @@ class Config:
     )
     partition_file: str = _doc(
         "a partition JSON written by 'naspipe partition' whose bounds the run uses instead of computing its own "
-        "('' : compute from partition_costs)",
+        "(empty: compute them from partition_costs)",
         default="",
     )
     checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)

@@ -182,3 +182,39 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(runs, tmp_path, capsys)
     out = tmp_path / "repro.json"
     assert cli_main(["reproducibility", str(runs["seq"]), str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_table2_takes_the_median_over_seeds(runs, tmp_path):
+    from naspipe.report.inputs import load_inputs
+    from naspipe.report.table2_systems import system_frame
+
+    seeds = []
+    for seed, factor in ((1, 2.0), (2, 4.0)):
+        copy = tmp_path / f"seed{seed}"
+        shutil.copytree(runs["gpipe2"], copy)
+        metrics = json.loads((copy / "metrics.json").read_text())
+        metrics["config"]["seed"] = seed
+        metrics["throughput_samples_s"] *= factor
+        (copy / "metrics.json").write_text(json.dumps(metrics))
+        seeds.append(copy)
+    frame = system_frame(load_inputs([runs["csp2"], runs["gpipe2"], *seeds], [], []))
+    gpipe = frame[frame["system"] == "gpipe"].iloc[0]
+    base = json.loads((runs["gpipe2"] / "metrics.json").read_text())["throughput_samples_s"]
+    assert gpipe["seeds"] == 3 and gpipe["throughput_samples_s"] == pytest.approx(2.0 * base)
+    csp = frame[frame["system"] == "csp"].iloc[0]
+    assert csp["throughput_vs_gpipe"] == pytest.approx(csp["throughput_samples_s"] / (2.0 * base))
+
+
+def test_table1_parameter_counts_match_built_layers():
+    from naspipe.report.table1_spaces import space_row
+    from naspipe.space import make_space
+
+    options = {s.split("=")[0].removeprefix("space."): int(s.split("=")[1]) for s in SMALL if s.startswith("space.")}
+    space = make_space("toy", options)
+    s = space.structure
+    params = [space.layer_cost(l) - 1 for l in range(s.num_layers)]
+    row = space_row("toy", options, "frozen")
+    assert row["supernet_params"] == sum(params) and row["layers"] == s.num_layers and row["blocks"] == len(s.blocks)
+    shared = sum(params[l] for l in range(s.num_layers) if s.is_shared(l))
+    blocks = sum(sum(params[s.layer_id(b, c)] for c in range(n)) / n for b, n in enumerate(s.choices_per_block))
+    assert row["mean_subnet_params"] == round(shared + blocks)

@@ -4,7 +4,8 @@ A step's time is when its subnet's forward ends on the last stage (the ``forward
 event with ``args.subnet == y`` on the last stage's row); a run whose trace lacks it falls
 back to ``(y + 1) * makespan_s / subnets``, i.e. steps spread evenly over the run. Each
 system shows its run at the largest stage count (lowest seed), with a rolling mean so the
-curves read through the per-batch noise. Losses are identical for CSP and sequential, so a
+curves read through the per-batch noise (in time order: a pipelined step may finish
+before an earlier one). Losses are identical for CSP and sequential, so a
 faster system reaches each loss earlier: the gap between curves is the speedup.
 """
 
@@ -72,10 +73,11 @@ def loss_frame(inputs: ReportInputs) -> pd.DataFrame:
         for run in shown_runs(inputs, space):
             losses = read_losses(run)
             times = step_times(run, sorted(losses))
+            order = sorted(losses, key=lambda y: (times[y], y))  # in time: pipelined steps may end out of order
             window = min(len(losses), max(3, len(losses) // 10)) or 1
-            smooth = pd.Series([losses[y] for y in sorted(losses)]).rolling(window, min_periods=1).mean()
+            smooth = pd.Series([losses[y] for y in order]).rolling(window, min_periods=1).mean()
             rows += [{"space": space, "run": f"{run.system} D={run.stages}", "step": y, "time_s": times[y],
-                      "loss": losses[y], "loss_smooth": float(s)} for y, s in zip(sorted(losses), smooth, strict=True)]
+                      "loss": losses[y], "loss_smooth": float(s)} for y, s in zip(order, smooth, strict=True)]
     return pd.DataFrame(rows, columns=["space", "run", "step", "time_s", "loss", "loss_smooth"])
 
 

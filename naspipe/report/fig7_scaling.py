@@ -31,6 +31,9 @@ def build(inputs: ReportInputs) -> Figure:
             sns.lineplot(data=frame, x="stages", y=metric, hue="system", ax=ax, **marks)
             ax.set(title=f"{label} against stages", xlabel="stages D", ylabel=label)
             ax.set_xticks(sorted(frame["stages"].unique()))
+        if not frame.empty:  # one legend, beside the second panel, covering no data
+            axes[0].get_legend().remove()
+            sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
 
     return Figure("fig7_scaling", "Figure 7: throughput and bubble against stage count", render(draw, 2),
                   _reading(frame))

@@ -27,7 +27,7 @@ def render(draw: Callable[[Any], None], ncols: int = 1, width: float = 6.0, heig
         draw(axes if ncols > 1 else axes[0])
         fig.tight_layout()
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+        fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     return buffer.getvalue()
 
 

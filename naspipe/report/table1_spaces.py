@@ -25,15 +25,14 @@ def layer_params(space: Any) -> list[int]:
     structure = space.structure
 
     @cache
-    def count(op: str, position: int, layer: int) -> int:
+    def count(layer: int) -> int:
         with torch.device("meta"):
             return sum(p.numel() for p in space.make_layer(layer).parameters())
 
-    first: dict[tuple[str, int], int] = {}
+    first: dict[tuple[str, int], int] = {}  # (op, position) -> the first layer of that kind
     for layer in range(structure.num_layers):
         first.setdefault((structure.op_name(layer), structure.position_of(layer)), layer)
-    return [count(structure.op_name(l), structure.position_of(l), first[(structure.op_name(l), structure.position_of(l))])
-            for l in range(structure.num_layers)]
+    return [count(first[(structure.op_name(l), structure.position_of(l))]) for l in range(structure.num_layers)]
 
 
 def space_row(name: str, options: dict[str, Any], shared_policy: str) -> dict[str, Any]:
