@@ -1,0 +1,15 @@
+"""Step 5, compare: per space x system x seed, every stage count against sequential training (Table 3)."""
+
+
+rule compare:
+    input:
+        reference=lambda wc: reference_run(wc.space, wc.seed),
+        runs=lambda wc: system_runs(wc.space, wc.system, wc.seed),
+    output:
+        "results/reproducibility/{space}/{system}-seed{seed}.json",
+    log:
+        "results/logs/compare/{space}/{system}-seed{seed}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m naspipe reproducibility {input.reference} {input.runs} --out {output} > {log} 2>&1"

@@ -1,0 +1,21 @@
+"""Step 6, report: the paper's tables and figures from every run, comparison and profile."""
+
+
+rule report:
+    input:
+        runs=all_runs(),
+        reproducibility=reproducibility_files(),
+        profiles=expand("results/profiles/{space}.csv", space=SPACES),
+    output:
+        REPORT_OUTPUTS,
+    log:
+        "results/logs/report.log",
+    conda:
+        CONDA_ENV
+    params:
+        profiles=" ".join(
+            f"--profile {space}=results/profiles/{space}.csv" for space in SPACES
+        ),
+    shell:
+        "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
+        " --out results > {log} 2>&1"
