@@ -72,8 +72,9 @@ def try_claim(count: int, devices: Sequence[str], lock_dir: Path) -> dict[str, i
     return None
 
 
-def claim(count: int, devices: Sequence[str], lock_dir: Path, timeout_s: float | None = None,
-          poll_s: float = 0.2) -> dict[str, int]:
+def claim(
+    count: int, devices: Sequence[str], lock_dir: Path, timeout_s: float | None = None, poll_s: float = 0.2
+) -> dict[str, int]:
     """Wait until ``count`` devices are free and lock them; UsageError if that can never or did not happen."""
     if count > len(devices):
         raise UsageError(f"with-gpus: {count} GPUs requested but only {len(devices)} visible ({','.join(devices)})")
@@ -95,13 +96,21 @@ def release(held: dict[str, int]) -> None:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("with-gpus", usage="naspipe with-gpus [options] N -- CMD ...", help="claim N free GPUs (lock files), set CUDA_VISIBLE_DEVICES, run a command",
-                       description=__doc__.splitlines()[0])
+    p = sub.add_parser(
+        "with-gpus",
+        usage="naspipe with-gpus [options] N -- CMD ...",
+        help="claim N free GPUs (lock files), set CUDA_VISIBLE_DEVICES, run a command",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("count", type=int, metavar="N", help="GPUs to claim (0: run with no GPU visible)")
     p.add_argument("--devices", help="comma-separated device ids to choose from (default: CUDA_VISIBLE_DEVICES or all)")
-    p.add_argument("--lock-dir", type=Path, help=f"lock file directory (default: ${LOCK_DIR_ENV} or a per-user tmp dir)")
+    p.add_argument(
+        "--lock-dir", type=Path, help=f"lock file directory (default: ${LOCK_DIR_ENV} or a per-user tmp dir)"
+    )
     p.add_argument("--timeout", type=float, help="seconds to wait for free devices (default: forever)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run (options go before N)")
+    p.add_argument(
+        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run (options go before N)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

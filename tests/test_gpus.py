@@ -21,13 +21,28 @@ DEVICES = ["0", "1", "2", "3"]
 
 def _claimer(lock_dir: Path, count: int, log: Path, hold_s: float) -> subprocess.Popen[str]:
     """A with-gpus process whose command appends 'start CVD', sleeps, then appends 'end CVD'."""
-    script = (f"import os, time; d = os.environ['CUDA_VISIBLE_DEVICES']; f = open({str(log)!r}, 'a'); "
-              f"f.write(f'{{time.monotonic()}} start {{d}}\\n'); f.flush(); time.sleep({hold_s}); "
-              f"f.write(f'{{time.monotonic()}} end {{d}}\\n'); f.close()")
-    cmd = [sys.executable, "-m", "naspipe.gpus", "--devices", ",".join(DEVICES), "--lock-dir", str(lock_dir),
-           str(count), "--", sys.executable, "-c", script]
-    return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
-                            stderr=subprocess.PIPE)
+    script = (
+        f"import os, time; d = os.environ['CUDA_VISIBLE_DEVICES']; f = open({str(log)!r}, 'a'); "
+        f"f.write(f'{{time.monotonic()}} start {{d}}\\n'); f.flush(); time.sleep({hold_s}); "
+        f"f.write(f'{{time.monotonic()}} end {{d}}\\n'); f.close()"
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "naspipe.gpus",
+        "--devices",
+        ",".join(DEVICES),
+        "--lock-dir",
+        str(lock_dir),
+        str(count),
+        "--",
+        sys.executable,
+        "-c",
+        script,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, stderr=subprocess.PIPE
+    )
 
 
 def test_concurrent_claimers_never_share_a_device(tmp_path: Path) -> None:
@@ -84,8 +99,15 @@ def test_no_cuda_runs_the_command_on_cpu(tmp_path: Path) -> None:
     out = tmp_path / "env"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     script = f"import os; open({str(out)!r}, 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])"
-    done = subprocess.run([sys.executable, "-m", "naspipe.gpus", "2", "--", sys.executable, "-c", script],
-                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "naspipe.gpus", "2", "--", sys.executable, "-c", script],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "running on CPU" in done.stderr and out.read_text() == ""
 
@@ -94,5 +116,7 @@ def test_bad_usage_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["with-gpus", "1"]) == 2
     assert main(["with-gpus", "--devices", "0", "-1", "--", "true"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["naspipe: error: with-gpus: no command given (usage: naspipe with-gpus N -- CMD ...)",
-                   "naspipe: error: with-gpus: N must be >= 0, got -1"]
+    assert err == [
+        "naspipe: error: with-gpus: no command given (usage: naspipe with-gpus N -- CMD ...)",
+        "naspipe: error: with-gpus: N must be >= 0, got -1",
+    ]

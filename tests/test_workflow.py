@@ -23,12 +23,20 @@ BIN = Path(sys.executable).parent
 pytest.importorskip("snakemake")
 
 
-def snakemake(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
-              timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def snakemake(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
     """Run snakemake on this repository's Snakefile (workdir and config given by ``args``)."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
-                          cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def write_config(path: Path, config: dict) -> Path:
@@ -51,8 +59,13 @@ def train_supports_overwrite() -> bool:
 def test_lint_and_format_are_clean() -> None:
     lint = snakemake("--lint", "--configfile", str(ROOT / "config" / "config.yaml"))
     assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
-    fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"], cwd=ROOT,
-                         capture_output=True, text=True, check=False)
+    fmt = subprocess.run(
+        [str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
@@ -69,8 +82,9 @@ def _paper_workdir(tmp_path: Path) -> Path:
 
 
 def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
-    done = snakemake("-n", "--configfile", str(ROOT / "config" / "paper.yaml"), "--directory",
-                     str(_paper_workdir(tmp_path)))
+    done = snakemake(
+        "-n", "--configfile", str(ROOT / "config" / "paper.yaml"), "--directory", str(_paper_workdir(tmp_path))
+    )
     assert done.returncode == 0, done.stderr
     planned = set(re.findall(r"^\s*output: results/runs/([^/]+)/([^/]+)/D(\d+)-seed(\d+)$", done.stdout, re.MULTILINE))
     spaces = ["nlp.c0", "nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"]
@@ -87,11 +101,16 @@ def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
 
 CONFIG_ERRORS = [
     ({"bogus": 1}, "bogus: unknown key"),
-    ({"spaces": {"nlp.tiny": {"dataset": "synthetic-translation", "optoins": {}}}}, "spaces.nlp.tiny.optoins: unknown key"),
+    (
+        {"spaces": {"nlp.tiny": {"dataset": "synthetic-translation", "optoins": {}}}},
+        "spaces.nlp.tiny.optoins: unknown key",
+    ),
     ({"steps": "many"}, "steps: 'many' is not of type 'integer'"),
     ({"stages": [0, 2]}, "stages.0: 0 is less than the minimum of 1"),
-    ({"datasets": {"wmt": {"kind": "wmt", "src": "missing/train.en", "tgt": "missing/train.de", "vocab_size": 8}}},
-     "datasets.wmt.src: path 'missing/train.en' does not exist"),
+    (
+        {"datasets": {"wmt": {"kind": "wmt", "src": "missing/train.en", "tgt": "missing/train.de", "vocab_size": 8}}},
+        "datasets.wmt.src: path 'missing/train.en' does not exist",
+    ),
     ({"spaces": {"cv.tiny": {"dataset": "nope"}}}, "spaces.cv.tiny.dataset: 'nope' is not a key of datasets"),
 ]
 
@@ -99,8 +118,9 @@ CONFIG_ERRORS = [
 @pytest.mark.parametrize(("change", "message"), CONFIG_ERRORS, ids=[m.split(":")[0] for _, m in CONFIG_ERRORS])
 def test_config_error_fails_before_any_job_naming_the_key(tmp_path: Path, change: dict, message: str) -> None:
     config = {**load("config/config.yaml"), **change}
-    done = snakemake("--cores", "1", "--configfile", str(write_config(tmp_path / "c.yaml", config)),
-                     "--directory", str(tmp_path))
+    done = snakemake(
+        "--cores", "1", "--configfile", str(write_config(tmp_path / "c.yaml", config)), "--directory", str(tmp_path)
+    )
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert errors == [line for line in errors if line.startswith("naspipe workflow: config error: ")]
@@ -113,12 +133,29 @@ def _slurm_config(path: Path) -> Path:
 
     The fake cluster has no GPU, so the stage processes are told device=cpu (train_options wins).
     """
-    return write_config(path, {
-        "device": "cuda", "seeds": [0], "steps": 4, "stages": [1, 2], "systems": ["csp"],
-        "partition_costs": "params", "train_options": {"device": "cpu"}, "datasets": {}, "spaces": {"toy": {}},
-        "resources": {"train": {"partition": "gpu", "cpus_per_stage": 2, "mem_mb_per_stage": 1000,
-                                "runtime": 30, "gpus_per_node": 1}},
-    })
+    return write_config(
+        path,
+        {
+            "device": "cuda",
+            "seeds": [0],
+            "steps": 4,
+            "stages": [1, 2],
+            "systems": ["csp"],
+            "partition_costs": "params",
+            "train_options": {"device": "cpu"},
+            "datasets": {},
+            "spaces": {"toy": {}},
+            "resources": {
+                "train": {
+                    "partition": "gpu",
+                    "cpus_per_stage": 2,
+                    "mem_mb_per_stage": 1000,
+                    "runtime": 30,
+                    "gpus_per_node": 1,
+                }
+            },
+        },
+    )
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
@@ -139,18 +176,41 @@ def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
     state.mkdir()
     runs = [f"results/runs/toy/{s}/D{d}-seed0" for s, d in (("sequential", 1), ("csp", 1), ("csp", 2))]
     env = {"FAKE_SLURM_DIR": str(state), "PATH": f"{FAKE_SLURM}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}"}
-    done = snakemake("--profile", str(ROOT / "profiles" / "slurm"), "--configfile",
-                     str(_slurm_config(tmp_path / "c.yaml")), "--directory", str(tmp_path), "--keep-going",
-                     "--slurm-init-seconds-before-status-checks", "1", *runs, env=env)
+    done = snakemake(
+        "--profile",
+        str(ROOT / "profiles" / "slurm"),
+        "--configfile",
+        str(_slurm_config(tmp_path / "c.yaml")),
+        "--directory",
+        str(tmp_path),
+        "--keep-going",
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        *runs,
+        env=env,
+    )
     submitted = [json.loads(line) for line in (state / "sbatch.jsonl").read_text().splitlines()]
     by_comment = {next(w for w in " ".join(a).split() if w.startswith("rule_")): _flags(a) for a in submitted}
-    assert set(by_comment) == {f"rule_train_wildcards_toy_{s}_{d}_0" for s, d in (("sequential", 1), ("csp", 1),
-                                                                                   ("csp", 2))}, by_comment
+    assert set(by_comment) == {
+        f"rule_train_wildcards_toy_{s}_{d}_0" for s, d in (("sequential", 1), ("csp", 1), ("csp", 2))
+    }, by_comment
     one = by_comment["rule_train_wildcards_toy_csp_1_0"]
-    assert (one["-p"], one["--gpus"], one["--cpus-per-task"], one["--mem"], one["-t"]) == ("gpu", "1", "2", "1000", "30")
+    assert (one["-p"], one["--gpus"], one["--cpus-per-task"], one["--mem"], one["-t"]) == (
+        "gpu",
+        "1",
+        "2",
+        "1000",
+        "30",
+    )
     assert "--ntasks-per-gpu" not in one and "--nodes" in one  # one task: the script runs once, not once per GPU
     two = by_comment["rule_train_wildcards_toy_csp_2_0"]
-    assert (two["-p"], two["--gpus"], two["--nodes"], two["--ntasks"], two["--ntasks-per-gpu"]) == ("gpu", "2", "2", "2", "1")
+    assert (two["-p"], two["--gpus"], two["--nodes"], two["--ntasks"], two["--ntasks-per-gpu"]) == (
+        "gpu",
+        "2",
+        "2",
+        "2",
+        "1",
+    )
     assert (two["--cpus-per-task"], two["--mem"], two["-t"]) == ("2", "1000", "30")  # per task / per node
     if train_supports_overwrite():
         assert done.returncode == 0, done.stderr[-3000:]
@@ -176,8 +236,13 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     from PIL import Image
 
     tables = sorted((tiny_run / "results" / "tables").glob("*.csv"))
-    assert [t.stem for t in tables] == ["table1_spaces", "table2_systems", "table3_reproducibility",
-                                        "table4_access_order", "table5_profile"]
+    assert [t.stem for t in tables] == [
+        "table1_spaces",
+        "table2_systems",
+        "table3_reproducibility",
+        "table4_access_order",
+        "table5_profile",
+    ]
     frames = {t.stem: pd.read_csv(t) for t in tables}
     assert all(len(frame) > 0 for frame in frames.values())
     table3 = frames["table3_reproducibility"]
@@ -196,8 +261,9 @@ def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: P
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
     config = load(".test/config.yaml")
     config["spaces"]["toy"] = {"options": {"blocks": 5}}
-    changed = snakemake("-n", "--configfile", str(write_config(tmp_path / "c.yaml", config)), "--directory",
-                        str(tiny_run))
+    changed = snakemake(
+        "-n", "--configfile", str(write_config(tmp_path / "c.yaml", config)), "--directory", str(tiny_run)
+    )
     assert changed.returncode == 0, changed.stderr
     outputs = re.findall(r"^\s*output: (\S+)", changed.stdout, re.MULTILINE)
     report = ("results/tables/", "results/figures/", "results/report.md")
@@ -210,15 +276,30 @@ def test_killed_run_resumes_with_nothing_partial_left(tmp_path: Path) -> None:
     """SIGKILL the whole run mid-training (a lost node); unlock + --rerun-incomplete finishes it cleanly."""
     if not train_supports_overwrite():
         pytest.skip("needs `naspipe train --overwrite` (merged from another branch)")
-    config = write_config(tmp_path / "c.yaml", {
-        "device": "cpu", "seeds": [0], "steps": 400, "stages": [2], "systems": ["csp"],
-        "partition_costs": "params", "datasets": {}, "spaces": {"toy": {}}})
+    config = write_config(
+        tmp_path / "c.yaml",
+        {
+            "device": "cpu",
+            "seeds": [0],
+            "steps": 400,
+            "stages": [2],
+            "systems": ["csp"],
+            "partition_costs": "params",
+            "datasets": {},
+            "spaces": {"toy": {}},
+        },
+    )
     run = tmp_path / "results" / "runs" / "toy" / "csp" / "D2-seed0"
     args = ["--cores", "2", "--configfile", str(config), "--directory", str(tmp_path), str(run.relative_to(tmp_path))]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
-                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     partial = run.with_name(run.name + ".partial")
     deadline = time.monotonic() + 300
     while not partial.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -239,8 +320,9 @@ def test_default_config_end_to_end(tmp_path: Path) -> None:
     """The default evaluation (README: `make artifact`) from scratch; csp identical everywhere, gpipe/pipedream not."""
     if not train_supports_overwrite():
         pytest.skip("needs `naspipe train --overwrite` (merged from another branch)")
-    done = snakemake("--cores", "2", "--configfile", str(ROOT / "config" / "config.yaml"), "--directory",
-                     str(tmp_path), timeout=3600)
+    done = snakemake(
+        "--cores", "2", "--configfile", str(ROOT / "config" / "config.yaml"), "--directory", str(tmp_path), timeout=3600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     import pandas as pd
 
