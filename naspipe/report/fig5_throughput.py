@@ -39,6 +39,7 @@ def build(inputs: ReportInputs) -> Figure:
         sns.barplot(data=rows, x="space", y="throughput_vs_gpipe", hue="system", ax=ax)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set(title="throughput normalised to GPipe (largest stage count)", ylabel="x GPipe")
+        ax.legend(title="system", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
 
     return Figure("fig5_throughput", "Figure 5: throughput normalised to GPipe", render(draw), _reading(rows))
 
