@@ -52,6 +52,7 @@ class StagePolicy(ABC):
     recompute: ClassVar[bool | None] = None  # None: as configured; True/False: forced
     swap_parameters: ClassVar[bool] = False  # layers live in host memory, fetched per task
     bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
+    predictor: ClassVar[bool] = True  # with the device cache on: prefetch the predicted next tasks' layers
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         self.stage = stage
