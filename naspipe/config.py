@@ -284,6 +284,8 @@ def _check_ranges(config: Config) -> None:
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
         ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
         ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
+        ("cache.enabled", not config.cache.enabled or config.recompute,
+         "needs recompute=true (without it every in-flight subnet's layers stay pinned by its saved activations)"),
         ("cache.enabled", not config.cache.enabled or config.system in CACHE_SYSTEMS,
          f"needs system {' or '.join(CACHE_SYSTEMS)}"),
     ]

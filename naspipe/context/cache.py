@@ -35,13 +35,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from naspipe.errors import UsageError
+
 Direction = Literal["in", "out", "drop"]
 Upcoming = Sequence[Sequence[int]]
 _NEVER = 1 << 62
 
 
-class CacheCapacityError(ValueError):
-    """A task's layers can never fit the device cache."""
+class CacheCapacityError(UsageError):
+    """A task's layers can never fit the device cache (the budget is the user's setting)."""
 
 
 @dataclass(frozen=True, slots=True)

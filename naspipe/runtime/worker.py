@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from naspipe.context import CacheCapacityError
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
@@ -114,7 +115,13 @@ class StageWorker:
             block = structure.block_of(lid)
             key = ("layer", lid) if block is None else ("block", block)
             largest[key] = max(largest.get(key, 0), size)
-        budget = config.cache.budget_bytes(sum(largest.values()))
+        share = sum(largest.values())
+        budget = config.cache.budget_bytes(share)
+        if budget < share:  # some subnet's task may not fit: refuse at start, not at that task
+            big = max(sizes, key=lambda lid: sizes[lid])
+            raise CacheCapacityError(
+                f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {self.stage} "
+                f"({share} bytes; largest: layer {big}, {sizes[big]} bytes)")
         return ContextManager(self.layers, self.optimizers, self.device, budget, sizes)
 
     def _extra(self) -> dict[str, float]:
