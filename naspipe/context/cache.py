@@ -15,7 +15,8 @@ Public API (stable; the runtime and the simulator both drive it):
 - ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
   free ``nbytes``, or None when impossible.
 - ``flush() -> list[Move]``: write back every dirty layer (a drain point); they stay resident.
-- ``stats``: :class:`CacheStats` (uses, hits, hit_rate, swap_in/out bytes, peak bytes).
+- ``stats``: :class:`CacheStats` (uses, hits, hit_rate, late: misses already in flight,
+  swap_in/out bytes, peak bytes).
 
 ``upcoming`` is the layer lists of the next tasks, in order (from
 :func:`naspipe.scheduling.predictor.layer_uses`). A :class:`Move` is ``in`` (host to
@@ -57,6 +58,7 @@ class Move:
 class CacheStats:
     uses: int = 0
     hits: int = 0
+    late: int = 0  # misses whose copy was already on its way (prefetched, not landed)
     swap_in_bytes: int = 0
     swap_out_bytes: int = 0
     peak_bytes: int = 0
@@ -113,6 +115,7 @@ class DeviceCache:
         for layer in wanted:
             self.stats.uses += 1
             self.stats.hits += self.is_resident(layer)
+            self.stats.late += layer in self._in_flight
             self._pins[layer] = self._pins.get(layer, 0) + 1
             self._last_use[layer] = self._tick
         for layer in wanted:

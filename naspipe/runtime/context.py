@@ -47,6 +47,16 @@ def layer_bytes(module: nn.Module, optimizer: OptimizerConfig) -> int:
     return max(1, state + trainable * (1 + slots))
 
 
+def subnet_share(sizes: Mapping[int, int], block_of: Callable[[int], int | None]) -> int:
+    """Bytes of the largest subnet's layers among ``sizes``: a subnet uses one candidate per block."""
+    largest: dict[tuple[str, int], int] = {}
+    for lid, size in sizes.items():
+        block = block_of(lid)
+        key = ("layer", lid) if block is None else ("block", block)
+        largest[key] = max(largest.get(key, 0), size)
+    return sum(largest.values())
+
+
 class _Arena:
     """Bytes this manager holds on the device, and their peak (the CPU's 'device memory')."""
 
@@ -71,8 +81,9 @@ class _Copies:
         self._stream = torch.cuda.Stream(device) if self._cuda else None
         self._last: Future[Any] | None = None
 
-    def fetch(self, hosts: Tensors, allocate: Callable[[int], None]) -> Callable[[], Tensors]:
-        """Start host-to-device copies; returns a wait that yields the device tensors.
+    def fetch(self, hosts: Tensors, allocate: Callable[[int], None]) -> tuple[Callable[[], Tensors],
+                                                                               Callable[[], bool]]:
+        """Start host-to-device copies; returns (a wait that yields the device tensors, a poll: landed yet?).
 
         ``allocate(nbytes)`` is told when the device memory is taken (the CPU arena's accounting).
         """
@@ -87,14 +98,14 @@ class _Copies:
                 for d in devs:
                     d.record_stream(torch.cuda.current_stream(self.device))
                 return devs
-            return wait_cuda
+            return wait_cuda, event.query
         assert self._pool is not None
         def run() -> Tensors:
             allocate(sum(_nbytes(h) for h in hosts))
             return [h.clone() for h in hosts]
         future = self._pool.submit(run)
         self._last = future
-        return future.result
+        return future.result, future.done
 
     def write_back(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], done: Callable[[], None]) -> None:
         """Copy device tensors into their host copies (after the compute that wrote them)."""
@@ -138,7 +149,7 @@ class ContextManager:
         self._live: dict[int, dict[str, torch.Tensor]] = {}
         self._host: dict[int, dict[str, torch.Tensor]] = {}
         self._host_opt: dict[int, dict[int, dict[str, torch.Tensor]]] = {}  # layer -> param index -> state
-        self._arriving: dict[int, tuple[list[tuple[int, str]], Callable[[], Tensors]]] = {}
+        self._arriving: dict[int, tuple[list[tuple[int, str]], Callable[[], Tensors], Callable[[], bool]]] = {}
         self._device_bytes: dict[int, int] = {}  # arena bytes of each resident layer
         self._grad_bytes: dict[int, int] = {}
         self._names: dict[int, dict[str, str]] = {}
@@ -150,6 +161,8 @@ class ContextManager:
     def begin(self, layers: Iterable[int], upcoming: list[tuple[int, ...]]) -> None:
         """A task starts: fetch what it misses, start the prefetch, wait for its layers."""
         wanted = list(dict.fromkeys(layers))
+        for layer in [x for x, (_, _, landed) in self._arriving.items() if landed()]:
+            self._install(layer)  # prefetched copies that have landed: resident, so hits
         self._perform(self.cache.acquire(wanted, upcoming))
         self._perform(self.cache.prefetch(upcoming))
         start = time.perf_counter()
@@ -194,7 +207,7 @@ class ContextManager:
     def stats(self) -> dict[str, float]:
         s = self.cache.stats
         peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else self.arena.peak
-        return {"cache_hit_rate": s.hit_rate, "cache_uses": float(s.uses), "swap_in_bytes": float(s.swap_in_bytes),
+        return {"cache_hit_rate": s.hit_rate, "cache_uses": float(s.uses), "cache_late": float(s.late), "swap_in_bytes": float(s.swap_in_bytes),
                 "swap_out_bytes": float(s.swap_out_bytes), "copy_wait_s": self.copy_wait_s,
                 "peak_device_bytes": float(peak), "cache_budget_bytes": float(self.cache.budget)}
 
@@ -216,13 +229,13 @@ class ContextManager:
             targets += [(index, key) for key in state]
             hosts += list(state.values())
         self._device_bytes[layer] = sum(_nbytes(h) for h in hosts)
-        self._arriving[layer] = (targets, self.copies.fetch(hosts, self.arena.add))
+        self._arriving[layer] = (targets, *self.copies.fetch(hosts, self.arena.add))
 
     def _install(self, layer: int) -> None:
         arriving = self._arriving.pop(layer, None)
         if arriving is None:
             return
-        targets, wait = arriving
+        targets, wait, _ = arriving
         states = self._optimizer_states(layer)
         for (index, name), dev in zip(targets, wait(), strict=True):
             if index < 0:

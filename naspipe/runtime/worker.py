@@ -23,7 +23,7 @@ import torch
 
 from naspipe.context import CacheCapacityError
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime.context import ContextManager, layer_bytes
+from naspipe.runtime.context import ContextManager, layer_bytes, subnet_share
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
@@ -110,12 +110,7 @@ class StageWorker:
         """The device cache: its budget in bytes, or in multiples of one subnet's share of this stage."""
         config, structure = self.job.config, self.job.space.structure
         sizes = {lid: layer_bytes(module, config.optimizer) for lid, module in self.layers.items()}
-        largest: dict[object, int] = {}
-        for lid, size in sizes.items():  # one subnet uses one candidate per block: take the largest
-            block = structure.block_of(lid)
-            key = ("layer", lid) if block is None else ("block", block)
-            largest[key] = max(largest.get(key, 0), size)
-        share = sum(largest.values())
+        share = subnet_share(sizes, structure.block_of)
         budget = config.cache.budget_bytes(share)
         if budget < share:  # some subnet's task may not fit: refuse at start, not at that task
             big = max(sizes, key=lambda lid: sizes[lid])
