@@ -13,7 +13,7 @@ Two tables, same grid: cache of 1, 2, 3, 4 subnets' stage share x horizon on-dem
   resident, so this table isolates the decisions from the copy engine.
 
     .venv/bin/python benchmarks/bench_cache.py [--mode runtime|virtual|both] [--stages 4]
-        [--candidates 24] [--blocks 8] [--steps 48] [--json FILE]
+        [--candidates 24] [--blocks 8] [--steps 96] [--inflight D] [--json FILE]
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ FUTURE = 64  # tasks of the true future the optimum looks at (more changes nothi
 
 
 def space_args(args: argparse.Namespace) -> list[str]:
-    return ["--set", f"space.blocks={args.blocks}", "--set", f"space.candidates={args.candidates}",
-            "--set", "space.dim=32", "--set", "space.seq_len=8"]
+    """The space, and the subnets in flight (the cache must hold what those subnets reuse)."""
+    return ["--set", f"max_inflight={args.inflight or args.stages}", "--set", f"space.blocks={args.blocks}",
+            "--set", f"space.candidates={args.candidates}",
+            "--set", "space.dim=128", "--set", "space.seq_len=16"]
 
 
 def runtime_row(args: argparse.Namespace, size: int, horizon: int, out: Path) -> dict[str, Any]:
@@ -73,7 +75,8 @@ def virtual_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                        for lid in job.stage_layer_ids(stage)}
         sizes.update(stage_sizes)
         shares.append(subnet_share(stage_sizes, structure.block_of))
-    schedule = drive(plan, "csp", args.steps)
+    options = job.policy_options
+    schedule = drive(plan, "csp", args.steps, options)
     rows = []
     for size in SIZES:
         for horizon in HORIZONS:
@@ -102,7 +105,7 @@ def virtual_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cache.prefetch(upcoming)
                 cache.release(layers, dirty=task.kind.value == "U")
 
-            drive(plan, "csp", args.steps, on_start=start)
+            drive(plan, "csp", args.steps, options, on_start=start)
             uses = sum(c.stats.uses for c in caches)
             hits = sum(c.stats.hits for c in caches)
             rows.append({"mode": "virtual", "subnets_cached": size, "horizon": horizon, "hit_rate": hits / uses,
@@ -116,7 +119,8 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--candidates", type=int, default=24)
     parser.add_argument("--blocks", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=48)
+    parser.add_argument("--steps", type=int, default=96)
+    parser.add_argument("--inflight", type=int, default=0, help="max_inflight (0: the stage count)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
