@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
+from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.task import Kind, Task
 
@@ -53,8 +54,11 @@ class StagePolicy(ABC):
     swap_parameters: ClassVar[bool] = False  # layers live in host memory, fetched per task
     bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
     predictor: ClassVar[bool] = True  # with the device cache on: prefetch the predicted next tasks' layers
+    mirroring: ClassVar[bool] = False  # keeps global versions and sends mirrors (per-subnet partitions)
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        if plan.mirrored and plan.num_stages > 1 and not self.mirroring:
+            raise ValueError(f"system {self.name!r} cannot run per-subnet partitions (no mirroring)")
         self.stage = stage
         self.plan = plan
         self.options = options
@@ -95,6 +99,14 @@ class StagePolicy(ABC):
     def backward_arrived(self, subnet: int) -> None:
         self._awaiting_backward.pop(subnet, None)
         self._on_backward(subnet)
+
+    def mirror_arrived(self, layer: int, version: int) -> None:
+        """A newer state of ``layer`` (written on another stage) is here."""
+        raise RuntimeError(f"system {self.name!r} does not mirror layers")
+
+    def take_mirrors(self) -> list[Mirror]:
+        """Mirrors to send since the last call (after updates, or a later stream end)."""
+        return []
 
     def completed(self, task: Task) -> None:
         if task.kind is Kind.FORWARD and not self.is_last:
