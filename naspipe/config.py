@@ -96,6 +96,12 @@ class Config:
         "(empty: compute them from partition_costs)",
         default="",
     )
+    partition_mode: Literal["static", "per-subnet"] = _doc(
+        "static: one partition for every subnet; per-subnet: each subnet gets its own balanced split (from "
+        "partition_costs per layer; 'params' gives each candidate its own cost) and a layer's newest state "
+        "follows it between stages (mirroring; systems csp, csp-no-scheduler, csp-no-predictor)",
+        default="static",
+    )
     checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)
     keep_checkpoints: int = _doc("checkpoints kept on disk (oldest removed first)", default=2)
     final_checkpoint: bool = _doc(
@@ -284,6 +290,8 @@ def _check_ranges(config: Config) -> None:
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
         ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
         ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
+        ("partition_mode", config.partition_mode == "static" or config.system in CACHE_SYSTEMS,
+         f"per-subnet needs system {' or '.join(CACHE_SYSTEMS)}"),
         ("cache.enabled", not config.cache.enabled or config.recompute,
          "needs recompute=true (without it every in-flight subnet's layers stay pinned by its saved activations)"),
         ("cache.enabled", not config.cache.enabled or config.system in CACHE_SYSTEMS,

@@ -15,6 +15,8 @@ Public API (stable; the runtime and the simulator both drive it):
 - ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
   free ``nbytes``, or None when impossible.
 - ``flush() -> list[Move]``: write back every dirty layer (a drain point); they stay resident.
+- ``discard(layer)``: forget the device copy without writing it back (a newer state of the
+  layer arrived from another stage: mirroring). The layer must not be pinned.
 - ``stats``: :class:`CacheStats` (uses, hits, hit_rate, late: misses already in flight,
   swap_in/out bytes, peak bytes).
 
@@ -157,6 +159,15 @@ class DeviceCache:
         self.stats.swap_out_bytes += sum(m.nbytes for m in moves)
         self._dirty.clear()
         return moves
+
+    def discard(self, layer: int) -> None:
+        if layer in self._pins:
+            raise RuntimeError(f"layer {layer} is in use and cannot be discarded")
+        if layer in self._resident:
+            self._resident.discard(layer)
+            self._in_flight.discard(layer)
+            self._dirty.discard(layer)
+            self.used -= self.sizes[layer]
 
     def choose_victims(self, nbytes: int, upcoming: Upcoming, before: int | None = None) -> list[int] | None:
         """Evictions freeing ``nbytes``; with ``before``, only layers not needed up to that task."""

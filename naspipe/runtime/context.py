@@ -200,6 +200,35 @@ class ContextManager:
             self._write_back(move.layer, keep=True)
         self.copies.drain()
 
+    def current_state(self, layer: int) -> dict[str, torch.Tensor]:
+        """The layer's newest tensors: the device copy if resident, else the host copy (after pending
+        write-backs land), keyed like ``module.state_dict()``. Its optimizer state is current too."""
+        if self.cache.holds(layer):
+            self._install(layer)
+            live = self._live[layer]
+            return {name: live[canonical].data for name, canonical in self._names[layer].items()}
+        self.copies.drain()
+        return self.host_state(layer)
+
+    def replace(self, layer: int, state: Mapping[str, torch.Tensor], optimizer: dict[str, Any] | None) -> None:
+        """A newer state of the layer arrived (mirroring): drop the device copy, overwrite the host copy."""
+        self._install(layer)
+        if self.cache.holds(layer):
+            self.cache.discard(layer)
+            self.arena.add(-self._device_bytes.pop(layer, 0))
+            self._to_placeholders(layer)
+        self.copies.drain()  # no write-back of an older state may land after this
+        host = self._host[layer]
+        for name, canonical in self._names[layer].items():
+            host[canonical].copy_(state[name])
+        if optimizer is not None:
+            self.optimizers.load_state_dict(layer, optimizer)
+            self._host_opt[layer] = {}
+            for index, opt_state in self._optimizer_states(layer).items():
+                host_state = {k: _host_copy(v, self._pin) for k, v in opt_state.items() if _movable(v)}
+                self._host_opt[layer][index] = host_state
+                opt_state.update(host_state)
+
     def host_state(self, layer: int) -> dict[str, torch.Tensor]:
         host = self._host[layer]
         return {name: host[canonical] for name, canonical in self._names[layer].items()}

@@ -154,7 +154,8 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
         "bubble_ratio_per_stage": [1.0 - b / makespan for b in busy],
         "exec_s": sum(busy) / max(trained, 1),
         "seconds_per_stage": [{c: r.seconds.get(c, 0.0) for c in CATEGORIES} for r in reports],
-        **{key: sum(r.extra.get(key, 0.0) for r in reports) for key in ("swap_bytes", "swap_wait_s", "swap_fetches")},
+        **{key: sum(r.extra.get(key, 0.0) for r in reports)
+           for key in ("swap_bytes", "swap_wait_s", "swap_fetches", "mirror_bytes", "mirror_relay_bytes")},
         **_cache_metrics(reports),
         "recompute_effective": all(r.extra.get("recompute", float(config.recompute)) for r in reports),
         "stage_extra": [r.extra for r in reports],

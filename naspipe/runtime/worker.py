@@ -14,6 +14,7 @@ to the next checkpoint drain) ends. Sequential and CSP ask for none of it.
 
 from __future__ import annotations
 
+import io
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -28,7 +29,7 @@ from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.outputs import tensor_digest
-from naspipe.runtime.recorder import Recorder, StageLogs, StageReport
+from naspipe.runtime.recorder import Recorder, StageLogs, StageReport, access_log
 from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.wire import Message
@@ -82,6 +83,7 @@ class StageWorker:
                                       stash_gradients=self.needs.stash_gradients,
                                       stash_weights=self.needs.stash_weights)
         self.policy.resume_at(start)
+        self.mirror_bytes = self.relay_bytes = 0
         self._announce_end(start)
         logs = StageLogs(run_dir / "logs", stage, sorted(self.layers), self.is_last, config.trace_max_events)
         self.recorder = Recorder(stage, logs)
@@ -124,13 +126,16 @@ class StageWorker:
         no_swap = {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
         swap = self.swapper.stats() if self.swapper is not None else no_swap
         cache = self.context.stats() if self.context is not None else {}
-        return {"recompute": float(self.recompute), **swap, **cache, **_memory()}
+        mirror = {"mirror_bytes": float(self.mirror_bytes), "mirror_relay_bytes": float(self.relay_bytes)}
+        return {"recompute": float(self.recompute), **swap, **cache, **mirror, **_memory()}
 
     def _announce_end(self, done: int) -> None:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
         every = self.job.config.checkpoint_every
         self._end = min(self.steps, (done // every + 1) * every) if every else self.steps
         self.policy.stream_ends_at(self._end)
+        if hasattr(self, "recorder"):  # (at start-up nothing is due: every stage restored the newest states)
+            self._send_mirrors()
 
     def _admit(self) -> None:
         policy, every = self.policy, self.job.config.checkpoint_every
@@ -151,6 +156,9 @@ class StageWorker:
 
     def _deliver(self, message: Message) -> None:
         if message.kind == "END":
+            return
+        if message.kind == "M":
+            self._on_mirror(message)
             return
         self._inbox[(message.kind, message.subnet)] = message.tensors
         if message.kind == "F":
@@ -187,6 +195,8 @@ class StageWorker:
         self._cache_out(task)
         self.recorder.tasks += 1
         self.policy.completed(task)
+        if task.kind is Kind.UPDATE:
+            self._send_mirrors()
         if task.kind is Kind.FORWARD and self.is_last:
             self.policy.backward_arrived(y)
         if task.kind is Kind.UPDATE:
@@ -253,6 +263,49 @@ class StageWorker:
         self.recorder.span("waiting", f"swap-{'in' if fetch else 'out'} {task.kind.value}{task.subnet}",
                            start, self.recorder.now(), task.subnet)
 
+    # -- mirroring (per-subnet partitions) ----------------------------------
+    def _send_mirrors(self) -> None:
+        """Each layer whose next user runs it on another stage goes there: parameters, buffers and
+        optimizer state, serialised exactly, relayed over neighbours (the only links there are)."""
+        for mirror in self.policy.take_mirrors():
+            layer = mirror.layer
+            self.recorder.logs.flush_layer(layer)  # its accesses so far precede the next user's
+            state = self.context.current_state(layer) if self.context is not None else self.layers[layer].state_dict()
+            optimizer = self.optimizers.peek(layer)
+            buffer = io.BytesIO()
+            torch.save({"state": {k: v.detach().cpu() for k, v in state.items()},
+                        "optimizer": None if optimizer is None else optimizer.state_dict()}, buffer)
+            payload = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+            header = torch.tensor([layer, mirror.version, mirror.dst], dtype=torch.int64)
+            self.mirror_bytes += payload.numel()
+            self._route(Message("M", mirror.writer, (header, payload)), mirror.dst)
+
+    def _route(self, message: Message, dst: int) -> None:
+        self._send(self.stage + (1 if dst > self.stage else -1), message)
+
+    def _on_mirror(self, message: Message) -> None:
+        header, payload = message.tensors
+        assert header is not None and payload is not None
+        layer, version, dst = (int(v) for v in header.tolist())
+        if dst != self.stage:
+            self.relay_bytes += payload.numel()
+            self._route(message, dst)
+            return
+        shard = torch.load(io.BytesIO(payload.numpy().tobytes()), map_location="cpu", weights_only=True)
+        if self.context is not None:
+            self.context.replace(layer, shard["state"], shard["optimizer"])
+        else:
+            self.layers[layer].load_state_dict(shard["state"])
+            if shard["optimizer"] is not None:
+                self.optimizers.load_state_dict(layer, shard["optimizer"])
+        self.policy.mirror_arrived(layer, version)
+
+    def _held_layers(self, step: int) -> list[int]:
+        """The layers whose newest state this stage holds once subnets < ``step`` are done (exactly one
+        stage holds each: with per-subnet partitions a layer has copies on several stages)."""
+        holders = self.job.plan.holders(self.layers, step)
+        return sorted(layer for layer, stage in holders.items() if stage == self.stage)
+
     def _cache_in(self, task: Task) -> None:
         """Context manager: fetch what the task misses, prefetch what the predictor says comes next."""
         if self.context is None:
@@ -306,8 +359,12 @@ class StageWorker:
         directory = ckpt.step_dir(self.run_dir, step)
         if self.context is not None:
             self.context.sync()
-        layers = {lid: self._state(lid) for lid in sorted(self.layers)}
-        ckpt.save_stage(directory, self.stage, layers, self.optimizers.state_dicts(), log_lengths)
+        held = self._held_layers(step)
+        layers = {lid: self._state(lid) for lid in held}
+        optimizers = {lid: sd for lid, sd in self.optimizers.state_dicts().items() if lid in layers}
+        others = {access_log(lid) for lid in self.layers} - {access_log(lid) for lid in held}
+        lengths = {name: n for name, n in log_lengths.items() if name not in others}
+        ckpt.save_stage(directory, self.stage, layers, optimizers, lengths)
         self.barrier()
         if self.stage == 0:
             all_layers = list(range(self.job.space.structure.num_layers))
@@ -324,7 +381,7 @@ class StageWorker:
     def _layer_hashes(self) -> dict[int, str]:
         if self.context is not None:
             self.context.sync()
-        return {layer: tensor_digest(self._state(layer)) for layer in sorted(self.layers)}
+        return {layer: tensor_digest(self._state(layer)) for layer in self._held_layers(self.steps)}
 
     def _state(self, layer: int) -> dict[str, torch.Tensor]:
         """A layer's current tensors: the module's, or with swapping the host copies."""

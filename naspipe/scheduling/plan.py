@@ -12,7 +12,7 @@ The static partition stays the layers' *home*: where a never-written layer is ch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 from naspipe.partition import Partition, bottleneck_partition
@@ -101,6 +101,20 @@ class PipelinePlan:
             if self.structure.position_layers(self.stream[subnet])[position] == layer:
                 return self.stage_of(subnet, layer)
         return self.stage_of_layer(layer)
+
+    def holders(self, layers: Iterable[int], boundary: int) -> dict[int, int]:
+        """:meth:`holder` of many layers in one backward pass over the stream."""
+        if not self.mirrored:
+            return {layer: self.stage_of_layer(layer) for layer in layers}
+        want = set(layers)
+        found: dict[int, int] = {}
+        for subnet in range(boundary - 1, -1, -1):
+            if len(found) == len(want):
+                break
+            for layer in self.structure.position_layers(self.stream[subnet]):
+                if layer in want and layer not in found:
+                    found[layer] = self.stage_of(subnet, layer)
+        return {layer: found.get(layer, self.stage_of_layer(layer)) for layer in want}
 
     def users_before(self, layer: int, boundary: int) -> int:
         """How many subnets ``< boundary`` use ``layer`` (its version once they are done)."""
