@@ -2,8 +2,9 @@
 
 Each ablation run (``naspipe report --ablations DIR ...``, written by the workflow's
 ``ablation`` rule) is labelled by what it switches off: ``naspipe`` (csp with the device
-cache and the predictor), ``no-predictor`` (the cache fetches on demand), ``no-scheduler``
-(one subnet in the pipeline at a time). Throughput is normalised to ``naspipe`` at the same
+cache, the predictor and per-subnet partitions with mirroring), ``no-predictor`` (the cache
+fetches on demand), ``no-mirroring`` (one static partition for every subnet),
+``no-scheduler`` (one subnet in the pipeline at a time). Throughput is normalised to ``naspipe`` at the same
 space and stage count (which cancels the machine's speed); the bubble ratio is beside it.
 """
 
@@ -19,17 +20,20 @@ from naspipe.report.plotting import no_data, render
 from naspipe.report.runinfo import RunInfo
 from naspipe.report.section import Figure
 
-VARIANTS = {"csp": "naspipe", "csp-no-predictor": "no-predictor", "csp-no-scheduler": "no-scheduler"}
-
 
 def variant(run: RunInfo) -> str:
-    name = VARIANTS.get(run.system, run.system)
-    cache = run.metrics["config"].get("cache", {})
-    if not cache.get("enabled", False):
-        name += " (no cache)"
-    elif run.system == "csp" and not cache.get("horizon", 0):
+    """What the run switches off, from its config (the workflow's variant names)."""
+    config = run.metrics["config"]
+    cache = config.get("cache", {})
+    if run.system == "csp-no-scheduler":
+        name = "no-scheduler"
+    elif run.system == "csp-no-predictor" or (run.system == "csp" and cache.get("enabled") and not cache.get("horizon")):
         name = "no-predictor"
-    return name
+    elif run.system == "csp":
+        name = "naspipe" if config.get("partition_mode") == "per-subnet" else "no-mirroring"
+    else:
+        name = run.system
+    return name if cache.get("enabled", False) else f"{name} (no cache)"
 
 
 def ablation_frame(inputs: ReportInputs) -> pd.DataFrame:
@@ -59,7 +63,8 @@ def build(inputs: ReportInputs) -> Figure:
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set(title="ablations: throughput normalised to NASPipe", ylabel="x NASPipe")
 
-    return Figure("fig6_ablation", "Figure 6: ablations (no predictor, no scheduler)", render(draw), _reading(frame))
+    return Figure("fig6_ablation", "Figure 6: ablations (no predictor, no mirroring, no scheduler)", render(draw),
+                  _reading(frame))
 
 
 def _reading(frame: pd.DataFrame) -> str:

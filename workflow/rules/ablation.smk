@@ -1,6 +1,6 @@
-"""Step 4b, ablation (paper Figure 6): NASPipe with the device cache and predictor, and with one
-mechanism switched off at a time: `no-predictor` (the cache fetches on demand), `no-scheduler` (one
-subnet in the pipeline at a time). Every variant runs with the same cache budget, so the bars differ
+"""Step 4b, ablation (paper Figure 6): NASPipe with the device cache, the predictor and per-subnet
+partitions (mirroring), and with one mechanism switched off at a time: `no-predictor` (the cache
+fetches on demand), `no-mirroring` (one static partition), `no-scheduler` (one subnet in flight). Every variant runs with the same cache budget, so the bars differ
 only by the mechanism. Configured by the `ablation` key (config/README.md); no stage counts: no runs.
 """
 

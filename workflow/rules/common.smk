@@ -297,10 +297,11 @@ def train_launcher(wildcards):
 # -- ablation ------------------------------------------------------------
 
 ABLATION = config.get("ablation", {})
-ABLATION_SYSTEMS = {
-    "naspipe": "csp",
-    "no-predictor": "csp-no-predictor",
-    "no-scheduler": "csp-no-scheduler",
+ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
+    "naspipe": ("csp", "per-subnet"),
+    "no-predictor": ("csp-no-predictor", "per-subnet"),
+    "no-mirroring": ("csp", "static"),
+    "no-scheduler": ("csp-no-scheduler", "per-subnet"),
 }
 
 
@@ -316,8 +317,9 @@ def ablation_runs():
 
 def ablation_args(wildcards):
     w = wildcards
-    system = ABLATION_SYSTEMS[w.variant]
+    system, mode = ABLATION_SYSTEMS[w.variant]
     sets = [
+        f"partition_mode={mode}",
         "cache.enabled=true",
         f"cache.budget={ABLATION.get('cache_budget', '3x')}",
         f"cache.horizon={ABLATION.get('horizon', 8)}",
