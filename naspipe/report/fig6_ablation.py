@@ -27,7 +27,8 @@ def variant(run: RunInfo) -> str:
     cache = config.get("cache", {})
     if run.system == "csp-no-scheduler":
         name = "no-scheduler"
-    elif run.system == "csp-no-predictor" or (run.system == "csp" and cache.get("enabled") and not cache.get("horizon")):
+    elif run.system == "csp-no-predictor" or (
+            run.system == "csp" and cache.get("enabled") and not cache.get("horizon")):
         name = "no-predictor"
     elif run.system == "csp":
         name = "naspipe" if config.get("partition_mode") == "per-subnet" else "no-mirroring"
