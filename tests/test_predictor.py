@@ -79,3 +79,30 @@ def test_zero_horizon_predicts_nothing() -> None:
     seen: list[list[Task]] = []
     drive(plan, "csp", 4, on_start=lambda task, policy: seen.append(predict(policy, 0, 4, task)))
     assert seen and all(not s for s in seen)
+
+
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_the_fast_csp_clone_predicts_like_a_deep_copy(mirrored: bool) -> None:
+    """CSP.clone copies only what running ahead mutates; it must decide exactly like a deep copy."""
+    import copy
+
+    from tests.test_mirroring import mirrored_plan
+
+    plan = mirrored_plan(4, seed=7) if mirrored else make_plan(blocks=8, candidates=4, stages=4, seed=7)
+    n = 30
+
+    def deep(policy: StagePolicy) -> StagePolicy:
+        other = copy.deepcopy(policy, {id(policy.plan): policy.plan})
+        other.speculative = True
+        return other
+
+    def look(task: Task, policy: StagePolicy) -> None:
+        fast = predict(policy, 12, n, running=task)
+        clone = policy.clone
+        policy.clone = lambda: deep(policy)  # type: ignore[method-assign]
+        try:
+            assert predict(policy, 12, n, running=task) == fast
+        finally:
+            policy.clone = clone  # type: ignore[method-assign]
+
+    drive(plan, "csp", n, on_start=look)

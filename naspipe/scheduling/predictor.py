@@ -30,7 +30,6 @@ run) instead of predicted ones, the cache's victim rule (furthest next use) is B
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Iterator
 
 from naspipe.scheduling.plan import PipelinePlan
@@ -58,7 +57,7 @@ def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = 
 
 class _Lookahead:
     def __init__(self, policy: StagePolicy, end: int, running: Task | None) -> None:
-        self.sim = copy.deepcopy(policy, {id(policy.plan): policy.plan})  # the plan is shared, read-only
+        self.sim = policy.clone()  # the plan is shared, read-only
         self.end = end
         self.arrivals: Iterator[int] = policy.pending_arrivals(end)
         self.next_arrival = next(self.arrivals, None)

@@ -28,6 +28,14 @@ class VersionTable:
         self._waiting: dict[int, deque[int]] = {}
         self._required: dict[int, dict[int, int]] = {}
 
+    def copy(self) -> VersionTable:
+        """An independent table (a registered subnet's required versions never change: shared)."""
+        other = VersionTable()
+        other._version = dict(self._version)
+        other._waiting = {layer: deque(queue) for layer, queue in self._waiting.items()}
+        other._required = dict(self._required)
+        return other
+
     def may_access(self, subnet: int, layer: int) -> bool:
         """The CSP rule: ``layer`` already holds the writes of every earlier user of it."""
         return self._version.get(layer, 0) == self._required[subnet][layer]

@@ -16,10 +16,11 @@ has not reached this stage yet (later subnets can overtake earlier ones).
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
@@ -62,6 +63,7 @@ class StagePolicy(ABC):
         self.stage = stage
         self.plan = plan
         self.options = options
+        self.speculative = False  # a predictor's copy: decides like the original, sends nothing
         self.is_first = stage == 0
         self.is_last = stage == plan.num_stages - 1
         self._registered = 0  # subnets [0, _registered) are registered here
@@ -70,6 +72,20 @@ class StagePolicy(ABC):
         self._arrived_below = 0  # every forward with a lower id has arrived here (for the predictor)
         self._arrived_ahead: set[int] = set()  # forwards at or above it that overtook earlier ones
         self._awaiting_backward: dict[int, None] = {}  # forwards done here, gradient not back yet, in order
+
+    def clone(self) -> Self:
+        """A copy to run ahead without touching this policy (the predictor's); the plan is shared."""
+        other = copy.deepcopy(self, {id(self.plan): self.plan, id(self.options): self.options})
+        other.speculative = True
+        return other
+
+    def _clone_base(self) -> Self:
+        """A shallow copy with the base class's mutable state copied (for a fast :meth:`clone`)."""
+        other = copy.copy(self)
+        other._arrived_ahead = set(self._arrived_ahead)
+        other._awaiting_backward = dict(self._awaiting_backward)
+        other.speculative = True
+        return other
 
     def resume_at(self, start: int) -> None:
         """Continue a run whose subnets ``< start`` are finished (from a checkpoint)."""

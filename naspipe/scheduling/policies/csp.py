@@ -50,6 +50,20 @@ class CSP(StagePolicy):
         self._mirrors: list[Mirror] = []
         self._unsent: dict[int, tuple[int, int]] = {}  # layer -> (writer, version): next user past the end
 
+    def clone(self) -> CSP:
+        """Copies only what running ahead mutates (a deep copy costs far more per task)."""
+        other = self._clone_base()
+        other.versions = self.versions.copy()
+        other._blocked = dict(self._blocked)
+        other._waiting = set(self._waiting)
+        other._ready_f, other._ready_b, other._ready_u = list(self._ready_f), list(self._ready_b), list(self._ready_u)
+        other._queues = ((other._ready_u, Kind.UPDATE), (other._ready_b, Kind.BACKWARD),
+                         (other._ready_f, Kind.FORWARD))
+        other._uses = dict(self._uses)
+        other._mirrors = []
+        other._unsent = dict(self._unsent)
+        return other
+
     def resume_at(self, start: int) -> None:
         super().resume_at(start)
         if not self.plan.mirrored:
@@ -127,6 +141,8 @@ class CSP(StagePolicy):
 
     def _mirror(self, layer: int, writer: int, version: int) -> None:
         """Send ``layer`` to its next user's stage if that is elsewhere; past the end, remember it."""
+        if self.speculative:
+            return
         end = self._end if self._end is not None else writer + (1 << 20)
         user = self.plan.next_user(layer, writer, end)
         if user is None:
