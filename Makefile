@@ -31,7 +31,7 @@ artifact: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check naspipe tests benchmarks
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -8,6 +8,7 @@ seed and the number of choices per block, so every stage process can regenerate 
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -27,24 +28,54 @@ class Subnet:
 class SubnetStream:
     """Random-access view of the infinite stream ``SN_0, SN_1, ...`` for one seed.
 
-    Subnets are drawn in order from one ``random.Random`` seeded by (seed, "subnets") and
-    memoised, so ``stream[i]`` is the same in every process. Iterating yields ``(i, SN_i)``
-    from ``start`` on, producer-consumer style.
+    Subnets are drawn in order from one ``random.Random`` seeded by (seed, "subnets"), so
+    ``stream[i]`` is the same in every process. Iterating yields ``(i, SN_i)`` from ``start``
+    on, producer-consumer style.
+
+    Why blocks: a long run (the paper trains hundreds of thousands of subnets) must not keep
+    every subnet it ever drew. The generator's state is kept at the start of every block of
+    :data:`BLOCK` subnets (a few KiB each), and only the most recently used blocks are held
+    decoded; an old block is redrawn from its saved state, giving the very same subnets.
     """
+
+    BLOCK = 1024
+    CACHED_BLOCKS = 8
 
     def __init__(self, choices_per_block: Sequence[int], seed: int) -> None:
         if not choices_per_block or min(choices_per_block) < 1:
             raise ValueError(f"every block needs at least one candidate, got {list(choices_per_block)}")
         self._choices = tuple(choices_per_block)
         self._rng = random.Random(derive_seed(seed, "subnets"))
-        self._drawn: list[Subnet] = []
+        self._starts: list[object] = [self._rng.getstate()]  # generator state at each block's start
+        self._blocks: OrderedDict[int, tuple[Subnet, ...]] = OrderedDict()
 
     def __getitem__(self, index: int) -> Subnet:
         if index < 0:
             raise IndexError(f"subnet index must be >= 0, got {index}")
-        while len(self._drawn) <= index:
-            self._drawn.append(Subnet(tuple(self._rng.randrange(n) for n in self._choices)))
-        return self._drawn[index]
+        block, offset = divmod(index, self.BLOCK)
+        cached = self._blocks.get(block)
+        if cached is None:
+            cached = self._draw_block(block)
+        else:
+            self._blocks.move_to_end(block)
+        return cached[offset]
+
+    def _draw_block(self, block: int) -> tuple[Subnet, ...]:
+        while len(self._starts) <= block:  # walk forward to learn the state at the block's start
+            self._draw_from(len(self._starts) - 1)
+        drawn = self._draw_from(block)
+        self._blocks[block] = drawn
+        while len(self._blocks) > self.CACHED_BLOCKS:
+            self._blocks.popitem(last=False)
+        return drawn
+
+    def _draw_from(self, block: int) -> tuple[Subnet, ...]:
+        """Draw block ``block`` from its saved start state, recording the next block's start."""
+        self._rng.setstate(self._starts[block])  # type: ignore[arg-type]
+        drawn = tuple(Subnet(tuple(self._rng.randrange(n) for n in self._choices)) for _ in range(self.BLOCK))
+        if len(self._starts) == block + 1:
+            self._starts.append(self._rng.getstate())
+        return drawn
 
     def iterate(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, Subnet]]:
         index = start

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import torch
 
@@ -52,12 +51,10 @@ def test_resume_rejects_a_different_config(tmp_path):
 
 def test_a_crashing_stage_stops_every_process_and_keeps_the_checkpoint_resumable(tmp_path):
     out = tmp_path / "run"
-    started = time.monotonic()
+    # A hang would exceed run_cli's timeout (TimeoutExpired fails the test); no wall-clock assertion.
     result = run_cli("train", "--system", "csp", "--stages", "3", "--steps", "40", "--seed", "0", "--out", str(out),
                      "--checkpoint-every", "4", *SMALL, env={"NASPIPE_FAIL_AT": "1:10"}, timeout=120)
-    elapsed = time.monotonic() - started
     assert result.returncode != 0
-    assert elapsed < 60
     assert "injected failure" in result.stderr and "Traceback" in result.stderr
     assert "stage 1 failed" in result.stderr
     assert not out.exists()  # nothing published
