@@ -16,6 +16,7 @@ include: "workflow/rules/prepare.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/ablation.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/report.smk"
 

@@ -10,6 +10,8 @@ import pytest
 PURE_MODULES = (
     "naspipe.scheduling",
     "naspipe.scheduling.driver",
+    "naspipe.scheduling.predictor",
+    "naspipe.context.cache",
     "naspipe.partition",
     "naspipe.subnet",
     "naspipe.space.structure",

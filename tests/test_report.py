@@ -24,7 +24,7 @@ from tests.baselines_harness import SMALL, config_of, run_threads
 STEPS = 8
 SPACE_SETS = [a for s in SMALL if s.startswith("space.") for a in ("--set", s)]
 TABLES = ("table1_spaces", "table2_systems", "table3_reproducibility", "table4_access_order", "table5_profile")
-FIGURES = ("fig4_loss_vs_time", "fig5_throughput", "fig7_scaling")
+FIGURES = ("fig4_loss_vs_time", "fig5_throughput", "fig6_ablation", "fig7_scaling")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """``naspipe report``: every table, figure and ``report.md`` from run directories, in one go.
 
-    naspipe report --runs DIR [DIR ...] --reproducibility F.json [...] [--profile SPACE=F.csv ...] --out RESULTS
+    naspipe report --runs DIR [DIR ...] --reproducibility F.json [...] [--profile SPACE=F.csv ...]
+        [--ablations DIR ...] --out RESULTS
 
 Writes ``RESULTS/tables/*.{csv,md}``, ``RESULTS/figures/*.png`` and ``RESULTS/report.md``.
 Every file is always written (an empty table says so), so a workflow's output list is
@@ -26,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="files written by 'naspipe reproducibility' (Table 3)")
     p.add_argument("--profile", nargs="+", action="extend", default=[], metavar="SPACE=F.csv",
                    help="profile CSV of a space written by 'naspipe profile' (Table 5)")
+    p.add_argument("--ablations", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
+                   help="ablation run directories (Figure 6; kept out of the other sections)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
 
 
@@ -35,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.report.section import Figure
     from naspipe.report.sections import build_sections
 
-    inputs = load_inputs(args.runs, args.reproducibility, args.profile)
+    inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations)
     sections = build_sections(inputs)
     document = render_report(inputs, sections)
     for section in sections:

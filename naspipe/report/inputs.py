@@ -16,7 +16,7 @@ from naspipe.errors import UsageError
 from naspipe.report.runinfo import RunInfo, read_run_info
 
 # the order systems appear in tables and legends: the reference, NASPipe, its ablation, the baselines
-SYSTEM_ORDER = ("sequential", "csp", "csp-no-scheduler", "gpipe", "vpipe", "pipedream")
+SYSTEM_ORDER = ("sequential", "csp", "csp-no-scheduler", "csp-no-predictor", "gpipe", "vpipe", "pipedream")
 REPRO_FIELDS = ("path", "system", "stages", "seed", "final_loss", "weights_sha256", "identical", "first_divergence")
 
 
@@ -25,6 +25,7 @@ class ReportInputs:
     runs: list[RunInfo]
     reproducibility: list[dict[str, Any]] = field(default_factory=list)
     profiles: dict[str, Path] = field(default_factory=dict)  # space -> profile CSV
+    ablations: list[RunInfo] = field(default_factory=list)  # Figure 6's runs (kept out of the other sections)
 
     @property
     def spaces(self) -> list[str]:
@@ -40,15 +41,18 @@ def system_rank(system: str) -> tuple[int, str]:
     return (SYSTEM_ORDER.index(system) if system in SYSTEM_ORDER else len(SYSTEM_ORDER), system)
 
 
-def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str]) -> ReportInputs:
+def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],
+                ablations: list[Path] | None = None) -> ReportInputs:
     infos = [read_run_info(p) for p in runs]
+    ablation_infos = [read_run_info(p) for p in ablations or []]
     seen: dict[Path, Path] = {}
-    for info in infos:
+    for info in infos + ablation_infos:
         key = info.path.resolve()
         if key in seen:
             raise UsageError(f"run directory {info.path} given twice")
         seen[key] = info.path
-    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles))
+    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles),
+                        ablation_infos)
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ SECTIONS: tuple[str, ...] = (
     "naspipe.report.table5_profile",
     "naspipe.report.fig4_loss",
     "naspipe.report.fig5_throughput",
+    "naspipe.report.fig6_ablation",
     "naspipe.report.fig7_scaling",
 )
 

@@ -32,8 +32,13 @@ class Job:
         return PolicyOptions(max_inflight=self.config.inflight_limit, bulk_size=self.config.bulk)
 
     def stage_layer_ids(self, stage: int) -> list[int]:
-        """Every layer (all candidates of its blocks) that lives on ``stage``."""
-        return [lid for lid in range(self.space.structure.num_layers) if self.plan.stage_of_layer(lid) == stage]
+        """Every layer (all candidates of its blocks) that lives on ``stage``: its home layers, and with
+        per-subnet partitions also every layer a subnet of the run places there (built from (seed, id))."""
+        home = {lid for lid in range(self.space.structure.num_layers) if self.plan.stage_of_layer(lid) == stage}
+        if self.plan.mirrored:
+            for subnet in range(self.config.steps):
+                home.update(self.plan.stage_layers(subnet, stage))
+        return sorted(home)
 
 
 def build_job(config: Config) -> Job:
@@ -48,7 +53,21 @@ def build_job(config: Config) -> Job:
     check_bulk_boundary(config, "checkpoint_every", config.checkpoint_every)
     partition = _partition(config, space)
     stream = SubnetStream(structure.choices_per_block, config.seed)
-    return Job(config, space, stream, partition, PipelinePlan(structure, partition, stream))
+    if config.partition_mode == "per-subnet":
+        plan = PipelinePlan.per_subnet(structure, partition, stream, layer_costs(space, config.partition_costs))
+    else:
+        plan = PipelinePlan(structure, partition, stream)
+    return Job(config, space, stream, partition, plan)
+
+
+def layer_costs(space: SearchSpace, source: str) -> list[float]:
+    """One cost per layer for per-subnet partitions: 'params' gives each candidate its own; otherwise
+    (uniform, a profile) each layer gets its position's cost, so every subnet splits alike."""
+    structure = space.structure
+    if source == "params":
+        return [float(space.layer_cost(lid)) for lid in range(structure.num_layers)]
+    per_position = position_costs(space, source)
+    return [per_position[structure.position_of(lid)] for lid in range(structure.num_layers)]
 
 
 def _partition(config: Config, space: SearchSpace) -> Partition:

@@ -86,6 +86,15 @@ class StageLogs:
         if self._buffered >= self.ACCESS_BUFFER:
             self._write_accesses(fsync=False)
 
+    def flush_layer(self, layer: int) -> None:
+        """Append the layer's buffered accesses now (before its state moves to another stage, whose
+        accesses must follow these in the same file)."""
+        tokens = self._pending.pop(layer, None)
+        if tokens:
+            with self._open(access_log(layer), "a") as f:
+                f.write("".join(t + "-" for t in tokens))
+            self._buffered -= len(tokens)
+
     def _write_accesses(self, fsync: bool) -> None:
         for layer, tokens in self._pending.items():
             with self._open(access_log(layer), "a") as f:

@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
@@ -36,6 +37,7 @@ class Timeline:
     """What each stage ran, in order, with virtual start and end times."""
 
     stages: list[list[Slot]] = field(default_factory=list)
+    mirrors: list[Mirror] = field(default_factory=list)  # layer states moved between stages, in order
 
     @property
     def makespan(self) -> float:
@@ -94,6 +96,8 @@ class _Driver:
         self.now = 0.0
 
     def run(self) -> Timeline:
+        for policy in self.stages:  # mirrors due from an earlier stream end
+            self._deliver(policy)
         while True:
             self._admit()
             for k in range(len(self.stages)):
@@ -127,9 +131,15 @@ class _Driver:
         self.order += 1
         heapq.heappush(self.events, (end, self.order, k, task))
 
+    def _deliver(self, policy: StagePolicy) -> None:
+        for mirror in policy.take_mirrors():  # delivered at once (a transfer time is the simulator's)
+            self.timeline.mirrors.append(mirror)
+            self.stages[mirror.dst].mirror_arrived(mirror.layer, mirror.version)
+
     def _finish(self, k: int, task: Task) -> None:
         policy = self.stages[k]
         policy.completed(task)
+        self._deliver(policy)
         last = len(self.stages) - 1
         if task.kind is Kind.FORWARD:
             if k == last:

@@ -1,10 +1,21 @@
-"""Which layers each subnet runs on each stage: structure + partition + subnet stream."""
+"""Which layers each subnet runs on each stage: structure + partition(s) + subnet stream.
+
+Two kinds of plan. *Static*: one partition of the positions for every subnet (balanced for
+the average subnet), so every layer has one stage. *Per subnet* (:meth:`PipelinePlan.per_subnet`):
+each subnet's own layer costs get their own exact balanced split
+(:func:`naspipe.partition.bottleneck_partition`), so a layer may run on different stages for
+different subnets; its newest state then has to follow it (*mirroring*, see
+:mod:`naspipe.scheduling.policies.csp`), and version counting becomes global: the version
+subnet ``y`` needs for layer ``l`` is the number of earlier subnets, on any stage, that use it.
+The static partition stays the layers' *home*: where a never-written layer is checkpointed.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from naspipe.partition import Partition
+from naspipe.partition import Partition, bottleneck_partition
 from naspipe.space.structure import SpaceStructure
 from naspipe.subnet import SubnetStream
 
@@ -12,28 +23,100 @@ from naspipe.subnet import SubnetStream
 class PipelinePlan:
     """Maps (subnet id, stage) to the layers that stage runs for it, in execution order."""
 
-    def __init__(self, structure: SpaceStructure, partition: Partition, stream: SubnetStream) -> None:
+    def __init__(self, structure: SpaceStructure, partition: Partition, stream: SubnetStream,
+                 layer_costs: Sequence[float] | None = None) -> None:
         if partition.bounds[-1] != structure.num_positions:
             raise ValueError(
                 f"partition covers {partition.bounds[-1]} positions, space has {structure.num_positions}"
             )
+        if layer_costs is not None and len(layer_costs) != structure.num_layers:
+            raise ValueError(f"{len(layer_costs)} layer costs for a space of {structure.num_layers} layers")
         self.structure = structure
         self.partition = partition
         self.stream = stream
+        self.layer_costs = None if layer_costs is None else tuple(float(c) for c in layer_costs)
         self.stage_layers = lru_cache(maxsize=1 << 16)(self._stage_layers)
         self.trainable_layers = lru_cache(maxsize=1 << 16)(self._trainable_layers)
+        self.partition_of = lru_cache(maxsize=1 << 14)(self._partition_of)
+        self.subnet_trainable = lru_cache(maxsize=1 << 14)(self._subnet_trainable)
+
+    @classmethod
+    def per_subnet(cls, structure: SpaceStructure, partition: Partition, stream: SubnetStream,
+                   layer_costs: Sequence[float]) -> PipelinePlan:
+        """Each subnet split by its own ``layer_costs``; ``partition`` stays the layers' home."""
+        return cls(structure, partition, stream, layer_costs)
 
     @property
     def num_stages(self) -> int:
         return self.partition.num_stages
 
+    @property
+    def mirrored(self) -> bool:
+        """Per-subnet partitions: a layer may run on several stages."""
+        return self.layer_costs is not None
+
+    def _partition_of(self, subnet: int) -> Partition:
+        if self.layer_costs is None:
+            return self.partition
+        costs = [self.layer_costs[lid] for lid in self.structure.position_layers(self.stream[subnet])]
+        return bottleneck_partition(costs, self.num_stages)
+
     def _stage_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
         layers = self.structure.position_layers(self.stream[subnet])
-        positions = self.partition.positions(stage)
+        positions = self.partition_of(subnet).positions(stage)
         return layers[positions.start : positions.stop]
 
     def _trainable_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
         return tuple(lid for lid in self.stage_layers(subnet, stage) if self.structure.is_trainable(lid))
 
+    def _subnet_trainable(self, subnet: int) -> tuple[int, ...]:
+        """Every trainable layer of the subnet, on every stage."""
+        layers = self.structure.position_layers(self.stream[subnet])
+        return tuple(lid for lid in layers if self.structure.is_trainable(lid))
+
     def stage_of_layer(self, layer: int) -> int:
+        """The layer's home stage (the static partition's)."""
         return self.partition.stage_of_position(self.structure.position_of(layer))
+
+    def stage_of(self, subnet: int, layer: int) -> int:
+        """Where ``subnet`` runs ``layer`` (it must use it)."""
+        return self.partition_of(subnet).stage_of_position(self.structure.position_of(layer))
+
+    def uses(self, subnet: int, layer: int) -> bool:
+        return layer in self.structure.position_layers(self.stream[subnet])
+
+    def next_user(self, layer: int, after: int, end: int) -> int | None:
+        """The first subnet in ``(after, end)`` that uses ``layer``, or None."""
+        position = self.structure.position_of(layer)
+        for subnet in range(after + 1, end):
+            if self.structure.position_layers(self.stream[subnet])[position] == layer:
+                return subnet
+        return None
+
+    def holder(self, layer: int, boundary: int) -> int:
+        """The stage holding ``layer``'s newest state once subnets ``< boundary`` are done: the stage
+        of its last user before ``boundary``, or its home stage if none used it (checkpoints)."""
+        position = self.structure.position_of(layer)
+        for subnet in range(boundary - 1, -1, -1):
+            if self.structure.position_layers(self.stream[subnet])[position] == layer:
+                return self.stage_of(subnet, layer)
+        return self.stage_of_layer(layer)
+
+    def holders(self, layers: Iterable[int], boundary: int) -> dict[int, int]:
+        """:meth:`holder` of many layers in one backward pass over the stream."""
+        if not self.mirrored:
+            return {layer: self.stage_of_layer(layer) for layer in layers}
+        want = set(layers)
+        found: dict[int, int] = {}
+        for subnet in range(boundary - 1, -1, -1):
+            if len(found) == len(want):
+                break
+            for layer in self.structure.position_layers(self.stream[subnet]):
+                if layer in want and layer not in found:
+                    found[layer] = self.stage_of(subnet, layer)
+        return {layer: found.get(layer, self.stage_of_layer(layer)) for layer in want}
+
+    def users_before(self, layer: int, boundary: int) -> int:
+        """How many subnets ``< boundary`` use ``layer`` (its version once they are done)."""
+        position = self.structure.position_of(layer)
+        return sum(self.structure.position_layers(self.stream[s])[position] == layer for s in range(boundary))

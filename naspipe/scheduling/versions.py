@@ -8,12 +8,18 @@ version is the number of writes applied. The whole rule is :meth:`VersionTable.m
 
 Because a write can only unblock the *next* user of that layer, :meth:`write` returns that
 user: callers keep a per-subnet count of blocking layers and never rescan earlier subnets.
+
+With per-subnet partitions a layer's users are spread over stages. A stage then registers
+its users with their *global* required version (earlier users on any stage, counted by the
+caller), and a newer state written elsewhere arrives as a mirror: :meth:`advance` moves the
+local version to it. A user is blocked while the local version differs from its required
+one; only the head of a layer's local queue can match, so both calls return at most one.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class VersionTable:
@@ -22,31 +28,40 @@ class VersionTable:
         self._waiting: dict[int, deque[int]] = {}
         self._required: dict[int, dict[int, int]] = {}
 
+    def copy(self) -> VersionTable:
+        """An independent table (a registered subnet's required versions never change: shared)."""
+        other = VersionTable()
+        other._version = dict(self._version)
+        other._waiting = {layer: deque(queue) for layer, queue in self._waiting.items()}
+        other._required = dict(self._required)
+        return other
+
     def may_access(self, subnet: int, layer: int) -> bool:
         """The CSP rule: ``layer`` already holds the writes of every earlier user of it."""
         return self._version.get(layer, 0) == self._required[subnet][layer]
 
-    def register(self, subnet: int, layers: Iterable[int]) -> int:
+    def register(self, subnet: int, layers: Iterable[int], required: Mapping[int, int] | None = None) -> int:
         """Append ``subnet`` to the users of ``layers``; returns how many it must wait on.
 
-        Subnets must register in increasing id order (the stream order).
+        Subnets must register in increasing id order (the stream order). ``required`` gives
+        each layer's global required version (mirroring); without it, earlier local users count.
         """
         if subnet in self._required:
             raise ValueError(f"subnet {subnet} registered twice")
-        required: dict[int, int] = {}
+        required_here: dict[int, int] = {}
         blocked = 0
         waiting, version = self._waiting, self._version
         for layer in layers:
             queue = waiting.get(layer)
             if queue is None:
                 queue = waiting[layer] = deque()
-            elif queue:
-                if queue[-1] > subnet:
-                    raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
-                blocked += 1
-            required[layer] = version.get(layer, 0) + len(queue)
+            elif queue and queue[-1] > subnet:
+                raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
+            need = version.get(layer, 0) + len(queue) if required is None else required[layer]
+            required_here[layer] = need
+            blocked += version.get(layer, 0) != need
             queue.append(subnet)
-        self._required[subnet] = required
+        self._required[subnet] = required_here
         return blocked
 
     def write(self, subnet: int, layer: int) -> int | None:
@@ -60,7 +75,22 @@ class VersionTable:
         queue = self._waiting[layer]
         queue.popleft()
         self._version[layer] = version + 1
-        return queue[0] if queue else None
+        return self._head_if_ready(layer)
+
+    def advance(self, layer: int, version: int) -> int | None:
+        """A newer state of ``layer`` (written on another stage) arrived; returns the user it unblocks."""
+        current = self._version.get(layer, 0)
+        if version <= current:
+            raise RuntimeError(f"layer {layer}: a mirror of version {version} arrived, the copy here is at {current}")
+        self._version[layer] = version
+        return self._head_if_ready(layer)
+
+    def _head_if_ready(self, layer: int) -> int | None:
+        queue = self._waiting.get(layer)
+        if not queue:
+            return None
+        head = queue[0]
+        return head if self._required[head][layer] == self._version[layer] else None
 
     def write_all(self, subnet: int, layers: Iterable[int]) -> list[int]:
         """:meth:`write` every layer, then :meth:`forget` the subnet; returns the users unblocked."""

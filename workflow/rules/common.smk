@@ -1,6 +1,7 @@
 """Config checking and the helpers every rule file uses (paths, space options, resources)."""
 
 import math
+from types import SimpleNamespace
 import shlex
 import sys
 from pathlib import Path
@@ -293,6 +294,40 @@ def train_launcher(wildcards):
     return f"python -m naspipe with-gpus {stages if CUDA else 0} --"
 
 
+# -- ablation ------------------------------------------------------------
+
+ABLATION = config.get("ablation", {})
+ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
+    "naspipe": ("csp", "per-subnet"),
+    "no-predictor": ("csp-no-predictor", "per-subnet"),
+    "no-mirroring": ("csp", "static"),
+    "no-scheduler": ("csp-no-scheduler", "per-subnet"),
+}
+
+
+def ablation_runs():
+    return [
+        f"results/ablations/{space}/{variant}/D{stages}-seed{seed}"
+        for space in SPACES
+        for variant in ABLATION.get("variants", list(ABLATION_SYSTEMS))
+        for stages in ABLATION.get("stages", [])
+        for seed in SEEDS
+    ]
+
+
+def ablation_args(wildcards):
+    w = wildcards
+    system, mode = ABLATION_SYSTEMS[w.variant]
+    sets = [
+        f"partition_mode={mode}",
+        "cache.enabled=true",
+        f"cache.budget={ABLATION.get('cache_budget', '3x')}",
+        f"cache.horizon={ABLATION.get('horizon', 8)}",
+    ]
+    run = SimpleNamespace(space=w.space, system=system, stages=w.stages, seed=w.seed)
+    return f"{train_args(run)} {set_args(sets)}"
+
+
 # -- report ------------------------------------------------------------
 
 TABLES = [
@@ -302,7 +337,7 @@ TABLES = [
     "table4_access_order",
     "table5_profile",
 ]
-FIGURES = ["fig4_loss_vs_time", "fig5_throughput", "fig7_scaling"]
+FIGURES = ["fig4_loss_vs_time", "fig5_throughput", "fig6_ablation", "fig7_scaling"]
 
 
 def report_file(path, caption, category):

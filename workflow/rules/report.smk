@@ -6,6 +6,7 @@ rule report:
         runs=all_runs(),
         reproducibility=reproducibility_files(),
         profiles=expand("results/profiles/{space}.csv", space=SPACES),
+        ablations=ablation_runs(),
     output:
         REPORT_OUTPUTS,
     log:
@@ -16,6 +17,9 @@ rule report:
         profiles=" ".join(
             f"--profile {space}=results/profiles/{space}.csv" for space in SPACES
         ),
+        ablations=lambda wc, input: (
+            " ".join(["--ablations", *input.ablations]) if input.ablations else ""
+        ),
     shell:
-        "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
+        "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles} {params.ablations}"
         " --out results > {log} 2>&1"

@@ -16,10 +16,13 @@ has not reached this stage yet (later subnets can overtake earlier ones).
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Self
 
+from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.task import Kind, Task
 
@@ -51,23 +54,45 @@ class StagePolicy(ABC):
     recompute: ClassVar[bool | None] = None  # None: as configured; True/False: forced
     swap_parameters: ClassVar[bool] = False  # layers live in host memory, fetched per task
     bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
+    predictor: ClassVar[bool] = True  # with the device cache on: prefetch the predicted next tasks' layers
+    mirroring: ClassVar[bool] = False  # keeps global versions and sends mirrors (per-subnet partitions)
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        if plan.mirrored and plan.num_stages > 1 and not self.mirroring:
+            raise ValueError(f"system {self.name!r} cannot run per-subnet partitions (no mirroring)")
         self.stage = stage
         self.plan = plan
         self.options = options
+        self.speculative = False  # a predictor's copy: decides like the original, sends nothing
         self.is_first = stage == 0
         self.is_last = stage == plan.num_stages - 1
         self._registered = 0  # subnets [0, _registered) are registered here
         self.admitted = 0  # stage 0: subnets [0, admitted) have entered the pipeline
         self.finished = 0  # subnets whose last task on this stage is done
+        self._arrived_below = 0  # every forward with a lower id has arrived here (for the predictor)
+        self._arrived_ahead: set[int] = set()  # forwards at or above it that overtook earlier ones
+        self._awaiting_backward: dict[int, None] = {}  # forwards done here, gradient not back yet, in order
+
+    def clone(self) -> Self:
+        """A copy to run ahead without touching this policy (the predictor's); the plan is shared."""
+        other = copy.deepcopy(self, {id(self.plan): self.plan, id(self.options): self.options})
+        other.speculative = True
+        return other
+
+    def _clone_base(self) -> Self:
+        """A shallow copy with the base class's mutable state copied (for a fast :meth:`clone`)."""
+        other = copy.copy(self)
+        other._arrived_ahead = set(self._arrived_ahead)
+        other._awaiting_backward = dict(self._awaiting_backward)
+        other.speculative = True
+        return other
 
     def resume_at(self, start: int) -> None:
         """Continue a run whose subnets ``< start`` are finished (from a checkpoint)."""
         if self._registered or self.admitted or self.finished:
             raise RuntimeError("resume_at must be called before any event")
         self._registered = self.finished = start
-        self.admitted = start
+        self.admitted = self._arrived_below = start
 
     def stream_ends_at(self, total: int) -> None:  # noqa: B027 - optional hook
         """Subnets ``>= total`` never come (the run's end or the next drain point).
@@ -84,15 +109,44 @@ class StagePolicy(ABC):
 
     def forward_arrived(self, subnet: int) -> None:
         self._register_through(subnet)
+        self._note_arrival(subnet)
         self._on_forward(subnet)
 
     def backward_arrived(self, subnet: int) -> None:
+        self._awaiting_backward.pop(subnet, None)
         self._on_backward(subnet)
 
+    def mirror_arrived(self, layer: int, version: int) -> None:
+        """A newer state of ``layer`` (written on another stage) is here."""
+        raise RuntimeError(f"system {self.name!r} does not mirror layers")
+
+    def take_mirrors(self) -> list[Mirror]:
+        """Mirrors to send since the last call (after updates, or a later stream end)."""
+        return []
+
     def completed(self, task: Task) -> None:
+        if task.kind is Kind.FORWARD and not self.is_last:
+            self._awaiting_backward[task.subnet] = None
         self._on_completed(task)
         if task.kind is self.final_kind:
             self.finished += 1
+
+    def pending_arrivals(self, end: int) -> Iterator[int]:
+        """Forwards below ``end`` that have not reached this stage yet, in id order (the predictor's future)."""
+        return (y for y in range(self._arrived_below, end) if y not in self._arrived_ahead)
+
+    def awaiting_backward(self) -> list[int]:
+        """Subnets whose forward ran here and whose gradient has not come back, in forward order."""
+        return list(self._awaiting_backward)
+
+    def _note_arrival(self, subnet: int) -> None:
+        if subnet != self._arrived_below:
+            self._arrived_ahead.add(subnet)
+            return
+        self._arrived_below += 1
+        while self._arrived_below in self._arrived_ahead:
+            self._arrived_ahead.remove(self._arrived_below)
+            self._arrived_below += 1
 
     # -- decisions ----------------------------------------------------------
     @property

@@ -9,12 +9,23 @@ Decision: an update first, then a backward, then the lowest-id forward whose lay
 this stage are at the version it needs. Readiness is incremental: each registered subnet
 keeps the count of its layers that still wait for an earlier writer, and a write only
 decrements the count of that layer's next user (see :class:`VersionTable`).
+
+Mirroring (per-subnet partitions, :meth:`PipelinePlan.per_subnet`): versions are global. A
+stage counts every registered subnet's uses of every layer (on any stage), so a user's
+required version is the number of earlier users anywhere. After an update, each written
+layer whose next user (before the announced stream end) runs it on another stage yields a
+:class:`Mirror` to that stage (:meth:`take_mirrors`); the receiving stage applies the state
+and calls :meth:`mirror_arrived`, which may unblock its waiting user. A layer whose next
+user lies past the stream end is remembered and mirrored when a later end is announced
+(a drain point followed by more subnets). Never-written layers need no mirror: every
+stage builds them from (seed, layer id).
 """
 
 from __future__ import annotations
 
 import heapq
 
+from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
 from naspipe.scheduling.task import Kind, Task
@@ -23,6 +34,7 @@ from naspipe.scheduling.versions import VersionTable
 
 class CSP(StagePolicy):
     name = "csp"
+    mirroring = True
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
@@ -33,6 +45,47 @@ class CSP(StagePolicy):
         self._ready_b: list[int] = []
         self._ready_u: list[int] = []
         self._queues = ((self._ready_u, Kind.UPDATE), (self._ready_b, Kind.BACKWARD), (self._ready_f, Kind.FORWARD))
+        self._uses: dict[int, int] = {}  # mirroring: users of each layer among registered subnets, any stage
+        self._end: int | None = None
+        self._mirrors: list[Mirror] = []
+        self._unsent: dict[int, tuple[int, int]] = {}  # layer -> (writer, version): next user past the end
+
+    def clone(self) -> CSP:
+        """Copies only what running ahead mutates (a deep copy costs far more per task)."""
+        other = self._clone_base()
+        other.versions = self.versions.copy()
+        other._blocked = dict(self._blocked)
+        other._waiting = set(self._waiting)
+        other._ready_f, other._ready_b, other._ready_u = list(self._ready_f), list(self._ready_b), list(self._ready_u)
+        other._queues = ((other._ready_u, Kind.UPDATE), (other._ready_b, Kind.BACKWARD),
+                         (other._ready_f, Kind.FORWARD))
+        other._uses = dict(self._uses)
+        other._mirrors = []
+        other._unsent = dict(self._unsent)
+        return other
+
+    def resume_at(self, start: int) -> None:
+        super().resume_at(start)
+        if not self.plan.mirrored:
+            return
+        for subnet in range(start):  # everything restored is at its newest version
+            for layer in self.plan.subnet_trainable(subnet):
+                self._uses[layer] = self._uses.get(layer, 0) + 1
+        for layer, count in self._uses.items():  # every stage restored the newest states: no mirrors due
+            self.versions.advance(layer, count)
+
+    def stream_ends_at(self, total: int) -> None:
+        self._end = total
+        for layer, (writer, version) in list(self._unsent.items()):
+            del self._unsent[layer]
+            self._mirror(layer, writer, version)
+
+    def take_mirrors(self) -> list[Mirror]:
+        mirrors, self._mirrors = self._mirrors, []
+        return mirrors
+
+    def mirror_arrived(self, layer: int, version: int) -> None:
+        self._unblock(self.versions.advance(layer, version))
 
     def may_admit(self, subnet: int) -> bool:
         return self.inflight < self.options.max_inflight
@@ -44,7 +97,15 @@ class CSP(StagePolicy):
         return None
 
     def _on_register(self, subnet: int) -> None:
-        self._blocked[subnet] = self.versions.register(subnet, self.plan.trainable_layers(subnet, self.stage))
+        here = self.plan.trainable_layers(subnet, self.stage)
+        if not self.plan.mirrored:
+            self._blocked[subnet] = self.versions.register(subnet, here)
+            return
+        uses = self._uses
+        required = {layer: uses.get(layer, 0) for layer in here}
+        for layer in self.plan.subnet_trainable(subnet):
+            uses[layer] = uses.get(layer, 0) + 1
+        self._blocked[subnet] = self.versions.register(subnet, here, required)
 
     def _on_forward(self, subnet: int) -> None:
         if self._blocked[subnet]:
@@ -62,10 +123,29 @@ class CSP(StagePolicy):
             self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
-        blocked = self._blocked
-        for unblocked in self.versions.write_all(subnet, self.plan.trainable_layers(subnet, self.stage)):
-            blocked[unblocked] -= 1
-            if not blocked[unblocked] and unblocked in self._waiting:
-                self._waiting.remove(unblocked)
-                heapq.heappush(self._ready_f, unblocked)
-        del blocked[subnet]
+        layers = self.plan.trainable_layers(subnet, self.stage)
+        versions = [self.versions.required(subnet, layer) + 1 for layer in layers] if self.plan.mirrored else []
+        for unblocked in self.versions.write_all(subnet, layers):
+            self._unblock(unblocked)
+        del self._blocked[subnet]
+        for layer, version in zip(layers, versions, strict=False):
+            self._mirror(layer, subnet, version)
+
+    def _unblock(self, subnet: int | None) -> None:
+        if subnet is None:
+            return
+        self._blocked[subnet] -= 1
+        if not self._blocked[subnet] and subnet in self._waiting:
+            self._waiting.remove(subnet)
+            heapq.heappush(self._ready_f, subnet)
+
+    def _mirror(self, layer: int, writer: int, version: int) -> None:
+        """Send ``layer`` to its next user's stage if that is elsewhere; past the end, remember it."""
+        if self.speculative:
+            return
+        end = self._end if self._end is not None else writer + (1 << 20)
+        user = self.plan.next_user(layer, writer, end)
+        if user is None:
+            self._unsent[layer] = (writer, version)
+        elif (stage := self.plan.stage_of(user, layer)) != self.stage:
+            self._mirrors.append(Mirror(layer, version, stage, writer))

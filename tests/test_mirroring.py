@@ -1,0 +1,82 @@
+"""Per-subnet partitions with mirroring in the scheduling core (virtual time): every task sees
+each layer at exactly the version the sequential order gives it, wherever the layer runs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from naspipe.partition import balanced_partition
+from naspipe.scheduling import PipelinePlan, PolicyOptions, Task
+from naspipe.scheduling.driver import drive
+from naspipe.scheduling.policies import make_policy
+from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.subnet import SubnetStream
+from tests.conftest import make_structure
+
+
+def mirrored_plan(stages: int, blocks: int = 8, candidates: int = 4, seed: int = 0) -> PipelinePlan:
+    structure = make_structure(blocks, candidates, "frozen")
+    rng = random.Random(seed)
+    costs = [rng.uniform(0.2, 5.0) for _ in range(structure.num_layers)]
+    home = balanced_partition([1.0] * structure.num_positions, stages)
+    return PipelinePlan.per_subnet(structure, home, SubnetStream(structure.choices_per_block, seed), costs)
+
+
+def check_versions(plan: PipelinePlan):
+    seen: list[Task] = []
+
+    def on_start(task: Task, policy: StagePolicy) -> None:
+        for layer in plan.trainable_layers(task.subnet, task.stage):
+            assert policy.versions.version(layer) == plan.users_before(layer, task.subnet), (task, layer)
+        seen.append(task)
+
+    return on_start, seen
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_every_task_sees_the_sequential_version_wherever_the_layer_runs(stages: int) -> None:
+    plan = mirrored_plan(stages, seed=stages)
+    on_start, seen = check_versions(plan)
+    n = 40
+    timeline = drive(plan, "csp", n, on_start=on_start)
+    assert len(seen) == 3 * n * stages
+    assert len({plan.partition_of(y) for y in range(n)}) > 1  # subnets really are split differently
+    assert timeline.mirrors  # and layers really moved
+    for mirror in timeline.mirrors:
+        assert mirror.version == plan.users_before(mirror.layer, mirror.writer) + 1
+        user = plan.next_user(mirror.layer, mirror.writer, n)
+        assert user is not None and plan.stage_of(user, mirror.layer) == mirror.dst != plan.stage_of(
+            mirror.writer, mirror.layer)
+
+
+def test_a_static_plan_never_mirrors_and_decides_as_before() -> None:
+    structure = make_structure(8, 4, "frozen")
+    home = balanced_partition([1.0] * structure.num_positions, 3)
+    plan = PipelinePlan(structure, home, SubnetStream(structure.choices_per_block, 1))
+    timeline = drive(plan, "csp", 30)
+    assert not timeline.mirrors
+
+
+def test_a_mirror_past_the_stream_end_waits_for_the_next_end() -> None:
+    plan = mirrored_plan(3, seed=5)
+    policies = [make_policy("csp", k, plan, PolicyOptions()) for k in range(3)]
+    drive(plan, "csp", 12, policies=policies)  # as up to a drain point at 12
+    assert all(not p.take_mirrors() for p in policies)
+    due = [m for p in policies for m in (p.stream_ends_at(60), p.take_mirrors())[1]]
+    assert due and all(m.writer < 12 and m.version == plan.users_before(m.layer, 12) for m in due)
+
+
+def test_other_policies_refuse_per_subnet_partitions() -> None:
+    with pytest.raises(ValueError, match="cannot run per-subnet partitions"):
+        make_policy("gpipe", 0, mirrored_plan(2), PolicyOptions())
+
+
+def test_holder_is_the_stage_of_the_last_writer_or_home() -> None:
+    plan = mirrored_plan(3, seed=2)
+    for layer in plan.subnet_trainable(0):
+        assert plan.holder(layer, 1) == plan.stage_of(0, layer)
+    unused = next(lid for lid in range(plan.structure.num_layers)
+                  if plan.structure.is_trainable(lid) and plan.users_before(lid, 3) == 0)
+    assert plan.holder(unused, 3) == plan.stage_of_layer(unused)

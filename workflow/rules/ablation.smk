@@ -1,0 +1,29 @@
+"""Step 4b, ablation (paper Figure 6): NASPipe with the device cache, the predictor and per-subnet
+partitions (mirroring), and with one mechanism switched off at a time: `no-predictor` (the cache
+fetches on demand), `no-mirroring` (one static partition), `no-scheduler` (one subnet in flight). Every variant runs with the same cache budget, so the bars differ
+only by the mechanism. Configured by the `ablation` key (config/README.md); no stage counts: no runs.
+"""
+
+
+rule ablation:
+    input:
+        partition="results/partitions/{space}/D{stages}.json",
+        data=lambda wc: dataset_input(wc.space),
+    output:
+        directory("results/ablations/{space}/{variant}/D{stages}-seed{seed}"),
+    log:
+        "results/logs/ablation/{space}/{variant}/D{stages}-seed{seed}.log",
+    wildcard_constraints:
+        variant="|".join(ABLATION_SYSTEMS),
+    conda:
+        CONDA_ENV
+    threads: lambda wc: int(wc.stages)
+    resources:
+        gpu=lambda wc: int(wc.stages) if CUDA else 0,
+        mem_mb=lambda wc: train_mem_mb(wc.stages),
+        runtime=lambda wc: job_resources("train", "runtime", 120),
+    params:
+        args=ablation_args,
+        launcher=train_launcher,
+    shell:
+        "{params.launcher} python -m naspipe train {params.args} --overwrite --out {output} > {log} 2>&1"
