@@ -16,7 +16,7 @@ from naspipe.partition import Partition, balanced_partition
 from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
 from naspipe.scheduling.policies import POLICIES
 from naspipe.space import SearchSpace, make_space
-from naspipe.subnet import SubnetStream
+from naspipe.subnet import FixedSubnetStream, SubnetStream
 
 
 @dataclass
@@ -47,8 +47,18 @@ def build_job(config: Config) -> Job:
         )
     check_bulk_boundary(config, "checkpoint_every", config.checkpoint_every)
     partition = _partition(config, space)
-    stream = SubnetStream(structure.choices_per_block, config.seed)
+    stream = _stream(config, structure.choices_per_block)
     return Job(config, space, stream, partition, PipelinePlan(structure, partition, stream))
+
+
+def _stream(config: Config, choices_per_block: tuple[int, ...]) -> SubnetStream:
+    """SPOS uniform sampling, or one fixed architecture every step (config key ``subnet``)."""
+    if not config.subnet:
+        return SubnetStream(choices_per_block, config.seed)
+    from naspipe.search.subnet_file import check_subnet
+
+    return FixedSubnetStream(choices_per_block, check_subnet(list(config.subnet), choices_per_block,
+                                                             "config key 'subnet'"))
 
 
 def _partition(config: Config, space: SearchSpace) -> Partition:
