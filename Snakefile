@@ -17,6 +17,7 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/search.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -10,7 +10,8 @@
    own retrained weights (the paper's "search accuracy").
 
     .venv/bin/python benchmarks/bench_search.py [--space cv.tiny] [--steps 64] [--seeds 5]
-        [--population 8] [--generations 4] [--retrain-steps 64] [--json FILE]
+        [--population 8] [--generations 4] [--retrain-steps 64] [--batches 4] [--metric M]
+        [--set space.data=results/data/synthetic-images ...] [--json FILE]
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ def main_bench() -> None:
     p.add_argument("--generations", type=int, default=4)
     p.add_argument("--retrain-steps", type=int, default=64)
     p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--metric", help="score to maximise (default: top1 for cv.tiny, loss for nlp.tiny)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="training config override, e.g. space.data=results/data/synthetic-images (the prepared set)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
-    metric = METRIC.get(args.space, "loss")
-    common = ["--set", "progress=off", "--seed", "0"]
+    metric = args.metric or METRIC.get(args.space, "loss")
+    common = ["--set", "progress=off", "--seed", "0", *(a for kv in args.overrides for a in ("--set", kv))]
     root = Path(tempfile.mkdtemp(prefix="bench-search-"))
     check(main(["train", "--space", args.space, "--system", "csp", "--stages", "1", "--steps", str(args.steps),
                 *common, "--out", str(root / "supernet")]))

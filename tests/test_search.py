@@ -88,9 +88,10 @@ def test_every_checkpoint_gives_score_against_wall_time(tmp_path):
     assert main(["evaluate", "--run", str(run), "--sample", "2", "--batches", "1", "--every-checkpoint",
                  "--out", str(out)]) == 0
     header, *rows = out.read_text().splitlines()
-    assert header == "step,wall_s,subnet,choices,top1,top5,loss"
-    steps = [int(r.split(",")[0]) for r in rows]
-    walls = [float(r.split(",")[1]) for r in rows]
+    assert header == "space,system,stages,seed,step,wall_s,subnet,choices,top1,top5,loss"
+    assert {tuple(r.split(",")[:4]) for r in rows} == {("cv.tiny", "csp", "1", "0")}
+    steps = [int(r.split(",")[4]) for r in rows]
+    walls = [float(r.split(",")[5]) for r in rows]
     assert steps == [2, 2, 4, 4, 6, 6, 8, 8]
     assert walls == sorted(walls) and walls[-1] > 0
 

@@ -1,8 +1,8 @@
 """``naspipe evaluate``: score subnets with a trained supernet's weights on held-out data (a CSV).
 
 With ``--every-checkpoint`` every complete checkpoint of the run is scored on the same
-subnets, and each row carries the checkpoint's step and its wall time since the run
-started: score against training time, Figure 4's curves.
+subnets, and each row carries the run (space, system, stages, seed), the checkpoint's step
+and its wall time since the run started: score against training time, Figure 4's curves.
 """
 
 from __future__ import annotations
@@ -64,15 +64,24 @@ def run(args: argparse.Namespace) -> int:
         evaluator = Evaluator(target, settings, device)
         for index, subnet in enumerate(subnets):
             scores = evaluator.score(subnet)
-            wall = [] if not args.every_checkpoint else [
-                "" if start is None or target.written_at is None else target.written_at - start]
-            rows.append([target.step, *wall, index, str(subnet), *(scores[m] for m in metrics)])
-    header = ["step", *(["wall_s"] if args.every_checkpoint else []), "subnet", "choices", *metrics]
+            rows.append([*_where(target, start, args.every_checkpoint), index, str(subnet),
+                         *(scores[m] for m in metrics)])
+    where = ["space", "system", "stages", "seed", "step", "wall_s"] if args.every_checkpoint else ["step"]
+    header = [*where, "subnet", "choices", *metrics]
     from naspipe.fsutil import atomic_write_text
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, csv_text(header, rows))
     return 0
+
+
+def _where(target: TrainedSupernet, start: float | None, over_time: bool) -> list[object]:
+    """The row's checkpoint: its step, and over training time also the run it belongs to and its wall time."""
+    if not over_time:
+        return [target.step]
+    wall = "" if start is None or target.written_at is None else target.written_at - start
+    c = target.config
+    return [c.space_name, c.system, c.stages, c.seed, target.step, wall]
 
 
 def _start_time(run: Path, targets: list[TrainedSupernet]) -> float | None:

@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     candidates = run_search(settings, supernet.space.structure.choices_per_block, score)
     summary = {"metric": metric, "method": settings.method, "seed": settings.seed, "run": str(args.run),
-               "step": supernet.step, "evaluations": len(candidates), "space": supernet.space.name}
+               "step": supernet.step, "evaluations": len(candidates), "space": supernet.space.name,
+               "system": supernet.config.system, "stages": supernet.config.stages, "train_seed": supernet.config.seed}
     write_search(args.out, candidates, dict(enumerate(scored)), names, summary)
     return 0

@@ -8,12 +8,17 @@ files come from ``naspipe reproducibility``; profiles are ``SPACE=F.csv`` pairs 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UsageError
 from naspipe.report.runinfo import RunInfo, read_run_info
+from naspipe.report.search_inputs import SearchResult, read_curve, read_search
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # the order systems appear in tables and legends: the reference, NASPipe, its ablation, the baselines
 SYSTEM_ORDER = ("sequential", "csp", "csp-no-scheduler", "gpipe", "vpipe", "pipedream")
@@ -25,6 +30,8 @@ class ReportInputs:
     runs: list[RunInfo]
     reproducibility: list[dict[str, Any]] = field(default_factory=list)
     profiles: dict[str, Path] = field(default_factory=dict)  # space -> profile CSV
+    searches: list[SearchResult] = field(default_factory=list)
+    curves: list[pd.DataFrame] = field(default_factory=list)  # naspipe evaluate --every-checkpoint CSVs
 
     @property
     def spaces(self) -> list[str]:
@@ -40,7 +47,8 @@ def system_rank(system: str) -> tuple[int, str]:
     return (SYSTEM_ORDER.index(system) if system in SYSTEM_ORDER else len(SYSTEM_ORDER), system)
 
 
-def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str]) -> ReportInputs:
+def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str], searches: Sequence[str] = (),
+                curves: Sequence[Path] = ()) -> ReportInputs:
     infos = [read_run_info(p) for p in runs]
     seen: dict[Path, Path] = {}
     for info in infos:
@@ -48,7 +56,8 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
         if key in seen:
             raise UsageError(f"run directory {info.path} given twice")
         seen[key] = info.path
-    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles))
+    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles),
+                        [read_search(s) for s in searches], [read_curve(c) for c in curves])
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:

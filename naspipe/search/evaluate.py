@@ -1,9 +1,9 @@
 """Scoring one subnet with a trained supernet's weights on held-out data, bit for bit.
 
-- Held-out data: with a prepared dataset, the ``valid`` or ``test`` split (batches ``0..n-1``
-  in the dataset's seeded order); with generated data (no ``space.data``), batches at step
-  ``offset + i`` of the run's own seed, an offset (10^12 for valid, 2x10^12 for test) no
-  training run reaches, so the task is the same and the examples are never trained on.
+- Held-out data: with a prepared dataset, the ``valid`` or ``test`` split (image shards call
+  it ``val``; batches ``0..n-1`` in the dataset's seeded order); with generated data (no
+  ``space.data``), batches at step ``offset + i`` of the run's own seed, an offset (10^12
+  for valid, 2x10^12 for test) no training run reaches, so the task is the same and the examples are never trained on.
 - NLP: validation loss (the training loss, label smoothing included, with teacher forcing),
   token accuracy, and corpus BLEU (sacrebleu, 13a) of detokenised beam decodes (beam 1:
   greedy) against the detokenised references.
@@ -65,6 +65,11 @@ def higher_is_better(metric: str) -> bool:
     return metric != "loss"
 
 
+def _dataset_split(space: SearchSpace, split: str) -> str:
+    """The dataset's name for a held-out split: prepared image shards call the validation split ``val``."""
+    return "val" if isinstance(space, CvSpace) and split == "valid" else split
+
+
 class Evaluator:
     """Scores subnets of one trained supernet with fixed settings on one device."""
 
@@ -73,7 +78,8 @@ class Evaluator:
         self.space = supernet.space
         self.seed = supernet.config.seed
         data = self.space.options.get("data")
-        self._held_out = make_space(self.space.name, {**supernet.config.space_options, "split": settings.split},
+        split = _dataset_split(self.space, settings.split)
+        self._held_out = make_space(self.space.name, {**supernet.config.space_options, "split": split},
                                     supernet.config.shared_policy) if data is not None else self.space
         self._offset = 0 if data is not None else HELD_OUT_OFFSET[settings.split]
         self._detok = Detokenizer(data) if isinstance(self.space, NlpSpace) else None

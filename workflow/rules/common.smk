@@ -272,6 +272,12 @@ def train_args(wildcards):
         f"device={config['device']}",
         "progress=off",
     ]
+    every = config["search"]["checkpoint_every"]
+    if every:  # Figure 4's score-over-time curves evaluate these checkpoints
+        sets += [
+            f"checkpoint_every={every}",
+            f"keep_checkpoints={math.ceil(config['steps'] / every) + 1}",
+        ]
     sets += [f"{key}={value}" for key, value in sorted(config["train_options"].items())]
     return (
         f"--space {w.space} --system {w.system} --stages {w.stages} --steps {config['steps']} --seed {w.seed} "
@@ -293,6 +299,29 @@ def train_launcher(wildcards):
     return f"python -m naspipe with-gpus {stages if CUDA else 0} --"
 
 
+# -- search ------------------------------------------------------------
+
+
+def search_dirs():
+    """One search per training run (Table 3's search accuracy per system and stage count)."""
+    return [r.replace("results/runs/", "results/search/", 1) for r in all_runs()]
+
+
+def curve_files():
+    """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
+    runs = {reference_run(space, seed) for space in SPACES for seed in SEEDS}
+    runs |= {
+        system_runs(space, system, seed)[-1]
+        for space in SPACES
+        for system in SYSTEMS
+        for seed in SEEDS
+        if system_runs(space, system, seed)
+    }
+    return sorted(
+        r.replace("results/runs/", "results/curves/", 1) + ".csv" for r in runs
+    )
+
+
 # -- report ------------------------------------------------------------
 
 TABLES = [
@@ -302,7 +331,13 @@ TABLES = [
     "table4_access_order",
     "table5_profile",
 ]
-FIGURES = ["fig4_loss_vs_time", "fig5_throughput", "fig7_scaling"]
+FIGURES = [
+    "fig4_loss_vs_time",
+    "fig4_search_score",
+    "fig5_throughput",
+    "fig7_scaling",
+    "fig_search_convergence",
+]
 
 
 def report_file(path, caption, category):

@@ -6,6 +6,9 @@ rule report:
         runs=all_runs(),
         reproducibility=reproducibility_files(),
         profiles=expand("results/profiles/{space}.csv", space=SPACES),
+        searches=search_dirs(),
+        accuracies=[d + ".accuracy.csv" for d in search_dirs()],
+        curves=curve_files(),
     output:
         REPORT_OUTPUTS,
     log:
@@ -16,6 +19,8 @@ rule report:
         profiles=" ".join(
             f"--profile {space}=results/profiles/{space}.csv" for space in SPACES
         ),
+        searches=" ".join(f"--search {d}={d}.accuracy.csv" for d in search_dirs()),
+        curves=" ".join(f"--curve {c}" for c in curve_files()),
     shell:
         "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
-        " --out results > {log} 2>&1"
+        " {params.searches} {params.curves} --out results > {log} 2>&1"
