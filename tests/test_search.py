@@ -157,3 +157,29 @@ def test_evolution_is_seeded_never_repeats_and_beats_random_on_a_toy_objective()
 def test_a_search_larger_than_the_space_stops_when_every_subnet_is_scored():
     candidates = run_search(SearchSettings("evolution", 0, population=4, generations=10), (2, 2), lambda s: 0.0)
     assert sorted(c.subnet.choices for c in candidates) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_report_completes_table3_and_draws_the_search_figures(runs, tmp_path):
+    import pandas as pd
+
+    specs, curves = [], []
+    for name in ("csp1", "gpipe2"):
+        found = search(runs[name], tmp_path / f"search-{name}")
+        space = json.loads((found / "best.json").read_text())["space"]
+        retrained = train(tmp_path / f"retrain-{name}", space, "csp", 1, "--subnet", str(found / "best.json"), steps=2)
+        accuracy = tmp_path / f"{name}.accuracy.csv"
+        assert main(["evaluate", "--run", str(retrained), "--subnets", str(found / "best.json"), "--batches", "1",
+                     "--calib-batches", "1", "--out", str(accuracy)]) == 0
+        specs += ["--search", f"{found}={accuracy}"]
+        curve = tmp_path / f"{name}.curve.csv"
+        assert main(["evaluate", "--run", str(runs[name]), "--sample", "2", "--batches", "1", "--every-checkpoint",
+                     "--out", str(curve)]) == 0
+        curves += ["--curve", str(curve)]
+    out = tmp_path / "results"
+    assert main(["report", "--runs", str(runs["csp1"]), str(runs["gpipe2"]), *specs, *curves, "--out", str(out)]) == 0
+    table3 = pd.read_csv(out / "tables" / "table3_reproducibility.csv")
+    assert {"search_metric", "search_best", "search_accuracy"} <= set(table3.columns)
+    assert sorted(table3["system"]) == ["csp", "gpipe"] and table3["search_accuracy"].notna().all()
+    for figure in ("fig4_search_score", "fig_search_convergence"):
+        assert (out / "figures" / f"{figure}.png").read_bytes().startswith(b"\x89PNG")
+    assert "search accuracy" in (out / "report.md").read_text()
