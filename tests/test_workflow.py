@@ -253,6 +253,14 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
         with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
             image.verify()
     assert "Table 3" in (tiny_run / "results" / "report.md").read_text()
+    # the search phase: one search per run, its winner retrained and scored (Table 3), Figure 4's curves
+    searched = {(r.space, r.system, int(r.stages)): r.search_accuracy for r in table3.itertuples()}
+    assert set(searched) == set(verdict) | {("nlp.tiny", "sequential", 1), ("toy", "sequential", 1)}
+    assert all(pd.notna(v) for v in searched.values())
+    assert searched[("toy", "csp", 2)] == searched[("toy", "sequential", 1)]
+    for figure in ("fig4_search_score", "fig_search_convergence"):
+        with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
+            image.verify()
     assert not list((tiny_run / "results").rglob("*.partial"))
 
 

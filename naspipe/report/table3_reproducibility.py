@@ -85,7 +85,8 @@ def _reading(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "No reproducibility file was given."
     text = []
-    for (space, system), group in frame.groupby(["space", "system"], sort=False):
+    compared = frame[frame["identical_to_sequential"] != ""]  # the reference itself has a search row only
+    for (space, system), group in compared.groupby(["space", "system"], sort=False):
         stages = ", ".join(f"D={d}" for d in sorted(group["stages"].unique()))
         same = group["identical_to_sequential"] == "yes"
         if same.all():
