@@ -307,6 +307,56 @@ def search_dirs():
     return [r.replace("results/runs/", "results/search/", 1) for r in all_runs()]
 
 
+def eval_args():
+    """The `naspipe evaluate`/`search` scoring options shared by the search rules."""
+    s = config["search"]
+    return (
+        f"--split {s['split']} --batches {s['batches']} --beam {s['beam']} --calib-batches {s['calib_batches']} "
+        f"--threads {config['threads_per_stage']} --device {config['device']}"
+    )
+
+
+def search_args(wildcards):
+    s = config["search"]
+    metric = f" --metric {s['metric']}" if s.get("metric") else ""
+    return (
+        f"--method {s['method']} --population {s['population']} --generations {s['generations']} "
+        f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric} {eval_args()}"
+    )
+
+
+def retrain_args(wildcards):
+    sets = space_options(wildcards.space) + [
+        f"threads={config['threads_per_stage']}",
+        f"device={config['device']}",
+        "progress=off",
+    ]
+    sets += [
+        f"{key}={value}"
+        for key, value in sorted(config["train_options"].items())
+        if key not in ("checkpoint_every", "keep_checkpoints")
+    ]
+    steps = config["search"]["retrain_steps"]
+    return (
+        f"--space {wildcards.space} --system csp --stages 1 --steps {steps} --seed {wildcards.seed} "
+        f"{set_args(sets)}"
+    )
+
+
+def curve_args(wildcards):
+    s = config["search"]
+    return f"--sample {s['curve_subnets']} --seed {s['seed']} {eval_args()}"
+
+
+def one_gpu():
+    """Claim one GPU for a cuda job (nothing on cpu)."""
+    return f"python -m naspipe with-gpus {1 if CUDA else 0} --"
+
+
+def accuracy_files():
+    return [f"{d}.accuracy.csv" for d in search_dirs()]
+
+
 def curve_files():
     """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
     runs = {reference_run(space, seed) for space in SPACES for seed in SEEDS}

@@ -7,7 +7,7 @@ rule report:
         reproducibility=reproducibility_files(),
         profiles=expand("results/profiles/{space}.csv", space=SPACES),
         searches=search_dirs(),
-        accuracies=[d + ".accuracy.csv" for d in search_dirs()],
+        accuracies=accuracy_files(),
         curves=curve_files(),
     output:
         REPORT_OUTPUTS,

@@ -9,50 +9,6 @@ subnet sample: Figure 4's score against training time.
 """
 
 
-def search_cfg(key):
-    return config["search"][key]
-
-
-def eval_args():
-    """The `naspipe evaluate`/`search` scoring options shared by every rule here."""
-    s = config["search"]
-    return (
-        f"--split {s['split']} --batches {s['batches']} --beam {s['beam']} --calib-batches {s['calib_batches']} "
-        f"--threads {config['threads_per_stage']} --device {config['device']}"
-    )
-
-
-def search_args(wildcards):
-    s = config["search"]
-    metric = f" --metric {s['metric']}" if s.get("metric") else ""
-    return (
-        f"--method {s['method']} --population {s['population']} --generations {s['generations']} "
-        f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric} {eval_args()}"
-    )
-
-
-def retrain_args(wildcards):
-    sets = space_options(wildcards.space) + [
-        f"threads={config['threads_per_stage']}",
-        f"device={config['device']}",
-        "progress=off",
-    ]
-    sets += [
-        f"{key}={value}"
-        for key, value in sorted(config["train_options"].items())
-        if key not in ("checkpoint_every", "keep_checkpoints")
-    ]
-    return (
-        f"--space {wildcards.space} --system csp --stages 1 --steps {search_cfg('retrain_steps')} "
-        f"--seed {wildcards.seed} " + set_args(sets)
-    )
-
-
-def one_gpu():
-    """Claim one GPU for a cuda job (nothing on cpu)."""
-    return f"python -m naspipe with-gpus {1 if CUDA else 0} --"
-
-
 rule search:
     input:
         run="results/runs/{space}/{system}/D{stages}-seed{seed}",
@@ -126,7 +82,7 @@ rule curve:
     resources:
         gpu=1 if CUDA else 0,
     params:
-        args=lambda wc: f"--sample {search_cfg('curve_subnets')} --seed {search_cfg('seed')} {eval_args()}",
+        args=curve_args,
         launcher=one_gpu(),
     shell:
         "{params.launcher} python -m naspipe evaluate --run {input.run} --every-checkpoint {params.args} "
