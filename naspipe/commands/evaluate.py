@@ -16,6 +16,7 @@ from naspipe.search.options import add_eval_options, check_eval_options, check_o
 
 if TYPE_CHECKING:
     from naspipe.search.supernet import TrainedSupernet
+    from naspipe.subnet import Subnet
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -37,29 +38,53 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.search.evaluate import EvalSettings, Evaluator, metric_names
-    from naspipe.search.options import sample_subnets
-    from naspipe.search.subnet_file import read_subnets
-    from naspipe.search.supernet import checkpoints_of, open_supernet
+    from naspipe.fsutil import atomic_write_text
+    from naspipe.search.supernet import open_supernet
 
     check_eval_options(args)
     check_out_file(args.out)
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample} must be >= 1")
-    supernet = open_supernet(args.run)
+    supernet = open_supernet(args.run)  # every input is checked before any scoring or writing
+    subnets = _subnets(args, supernet)
+    targets = _targets(args, supernet)
+    header, rows = _score(args, targets, subnets)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, csv_text(header, rows))
+    return 0
+
+
+def _subnets(args: argparse.Namespace, supernet: TrainedSupernet) -> list[Subnet]:
+    from naspipe.search.options import sample_subnets
+    from naspipe.search.subnet_file import read_subnets
+
     choices = supernet.space.structure.choices_per_block
-    subnets = (read_subnets(args.subnets, choices) if args.subnets is not None
-               else sample_subnets(choices, args.sample, args.seed))
-    targets = [supernet]
-    if args.every_checkpoint:
-        targets = [open_supernet(c) for c in checkpoints_of(args.run)]
-        if not targets:
-            raise UsageError(f"--run {args.run}: no complete checkpoint to score")
+    if args.subnets is not None:
+        return read_subnets(args.subnets, choices)
+    return sample_subnets(choices, args.sample, args.seed)
+
+
+def _targets(args: argparse.Namespace, supernet: TrainedSupernet) -> list[TrainedSupernet]:
+    """The checkpoints to score: the newest one, or with --every-checkpoint all of them, oldest first."""
+    from naspipe.search.supernet import checkpoints_of, open_supernet
+
+    if not args.every_checkpoint:
+        return [supernet]
+    found = checkpoints_of(args.run)
+    if not found:
+        raise UsageError(f"--every-checkpoint: --run {args.run} is a checkpoint, not a run directory")
+    return [open_supernet(c) for c in found]
+
+
+def _score(args: argparse.Namespace, targets: list[TrainedSupernet],
+           subnets: list[Subnet]) -> tuple[list[str], list[list[object]]]:
+    from naspipe.search.evaluate import EvalSettings, Evaluator, metric_names
+
     device = eval_device(args.device, args.threads)
     settings = EvalSettings(args.split, args.batches, args.beam, args.calib_batches)
-    metrics = metric_names(supernet.space)
+    metrics = metric_names(targets[0].space)
     start = _start_time(args.run, targets) if args.every_checkpoint else None
-    rows = []
+    rows: list[list[object]] = []
     for target in targets:
         evaluator = Evaluator(target, settings, device)
         for index, subnet in enumerate(subnets):
@@ -67,12 +92,7 @@ def run(args: argparse.Namespace) -> int:
             rows.append([*_where(target, start, args.every_checkpoint), index, str(subnet),
                          *(scores[m] for m in metrics)])
     where = ["space", "system", "stages", "seed", "step", "wall_s"] if args.every_checkpoint else ["step"]
-    header = [*where, "subnet", "choices", *metrics]
-    from naspipe.fsutil import atomic_write_text
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, csv_text(header, rows))
-    return 0
+    return [*where, "subnet", "choices", *metrics], rows
 
 
 def _where(target: TrainedSupernet, start: float | None, over_time: bool) -> list[object]:

@@ -23,14 +23,12 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.subnet import Subnet
 
 METHODS: tuple[str, ...] = ("evolution", "random")
-Method = Literal["evolution", "random"]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,9 +59,7 @@ def eval_device(name: str, threads: int) -> torch.device:
 def sample_subnets(choices_per_block: Sequence[int], count: int, seed: int) -> list[Subnet]:
     """``count`` distinct uniformly drawn subnets (fewer when the space is smaller), seeded."""
     rng = random.Random(derive_seed(seed, "evaluate-sample"))
-    size = 1
-    for n in choices_per_block:
-        size *= n
+    size = math.prod(choices_per_block)
     drawn: list[Subnet] = []
     seen: set[Subnet] = set()
     while len(drawn) < min(count, size):
