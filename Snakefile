@@ -18,6 +18,7 @@ include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/search.smk"
 include: "workflow/rules/report.smk"
 
 

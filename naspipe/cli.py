@@ -54,6 +54,9 @@ COMMANDS: dict[str, Command] = {
     "reproducibility": Command("naspipe.report.reproducibility",
                                "write per-run verdicts against the sequential reference as JSON (exit 0)"),
     "report": Command("naspipe.report.cli", "regenerate the paper's tables, figures and report.md from runs"),
+    "evaluate": Command("naspipe.commands.evaluate",
+                        "score subnets with a trained supernet's weights on held-out data"),
+    "search": Command("naspipe.commands.search", "evolutionary or random search over a trained supernet"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
 }
 

@@ -102,6 +102,11 @@ class Config:
         "follows it between stages (mirroring; systems csp, csp-no-scheduler, csp-no-predictor)",
         default="static",
     )
+    subnet: list[int] = _doc(
+        "train one fixed architecture every step (one choice per block, e.g. a search's best.json via "
+        "'naspipe train --subnet FILE'); empty: sample subnets uniformly (SPOS supernet training)",
+        default_factory=list,
+    )
     checkpoint_every: int = _doc("write a checkpoint every K subnets (0: never)", default=0)
     keep_checkpoints: int = _doc("checkpoints kept on disk (oldest removed first)", default=2)
     final_checkpoint: bool = _doc(
@@ -156,6 +161,11 @@ def load_config(
             _set_dotted(data, key, value)
     if isinstance(data.get("space"), dict):
         data["space"].setdefault("name", "toy")
+    return config_from_dict(data)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """A validated config from a plain mapping (e.g. the ``config`` a checkpoint manifest echoes)."""
     config = _build(Config, data, prefix="")
     _check_ranges(config)
     return config
@@ -240,6 +250,11 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise UsageError(f"config key {key!r}: expected a mapping, got {value!r}")
         return dict(value)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, (list, tuple)):
+            raise UsageError(f"config key {key!r}: expected a list, got {value!r}")
+        return [_coerce(item, v, key) for v in value]
     if origin is tuple:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):

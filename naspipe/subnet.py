@@ -85,3 +85,24 @@ class SubnetStream:
 
     def __iter__(self) -> Iterator[tuple[int, Subnet]]:
         return self.iterate()
+
+
+class FixedSubnetStream(SubnetStream):
+    """The stream of a retraining run: every step trains the same architecture.
+
+    Retraining a searched subnet on the same runtime (pipeline, scheduler, checkpoints) as
+    supernet training; under CSP consecutive steps then share every layer, so the pipeline
+    serialises, exactly as the causal rule demands.
+    """
+
+    def __init__(self, choices_per_block: Sequence[int], subnet: Subnet) -> None:
+        super().__init__(choices_per_block, 0)
+        if len(subnet.choices) != len(choices_per_block) or any(
+                not 0 <= c < n for c, n in zip(subnet.choices, choices_per_block, strict=True)):
+            raise ValueError(f"subnet {subnet} does not fit blocks with {list(choices_per_block)} candidates")
+        self._subnet = subnet
+
+    def __getitem__(self, index: int) -> Subnet:
+        if index < 0:
+            raise IndexError(f"subnet index must be >= 0, got {index}")
+        return self._subnet

@@ -49,10 +49,14 @@ def load(name: str) -> dict:
 
 
 def train_supports_overwrite() -> bool:
-    """Whether `naspipe train --overwrite` exists yet (another branch adds it; the train rule passes it)."""
+    """Whether `naspipe train --overwrite` exists yet (another branch adds it; the train rule passes it).
+
+    The parser is built for "train" itself: the bare top-level parser only holds placeholders
+    (commands are imported when used), so it never knew the flag and this check always skipped.
+    """
     from naspipe.cli import build_parser
 
-    _, unknown = build_parser().parse_known_args(["train", "--overwrite", "--out", "x"])
+    _, unknown = build_parser("train").parse_known_args(["train", "--overwrite", "--out", "x"])
     return "--overwrite" not in unknown
 
 
@@ -231,6 +235,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+@pytest.mark.slow  # the whole tiny workflow, search phase included: ~6 min on 2 busy cores
 def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     import pandas as pd
     from PIL import Image
@@ -253,9 +258,18 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
         with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
             image.verify()
     assert "Table 3" in (tiny_run / "results" / "report.md").read_text()
+    # the search phase: one search per run, its winner retrained and scored (Table 3), Figure 4's curves
+    searched = {(r.space, r.system, int(r.stages)): r.search_accuracy for r in table3.itertuples()}
+    assert set(searched) == set(verdict) | {("nlp.tiny", "sequential", 1), ("toy", "sequential", 1)}
+    assert all(pd.notna(v) for v in searched.values())
+    assert searched[("toy", "csp", 2)] == searched[("toy", "sequential", 1)]
+    for figure in ("fig4_search_score", "fig_search_convergence"):
+        with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
+            image.verify()
     assert not list((tiny_run / "results").rglob("*.partial"))
 
 
+@pytest.mark.slow  # the whole tiny workflow, search phase included: ~6 min on 2 busy cores
 def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: Path, tmp_path: Path) -> None:
     again = snakemake("-n", "--configfile", str(ROOT / ".test" / "config.yaml"), "--directory", str(tiny_run))
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout

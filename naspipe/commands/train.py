@@ -28,6 +28,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key (repeatable), e.g. --set optimizer.name=adam")
+    p.add_argument("--subnet", type=Path, metavar="FILE",
+                   help="retrain one fixed architecture every step: a subnet file such as a search's best.json "
+                   "(sets config key subnet)")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every K subnets (sets checkpoint_every)")
     p.add_argument("--resume", type=Path,
                    help="resume from a checkpoint dir or the newest checkpoint of a run dir (DIR or an interrupted "
@@ -40,12 +43,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     return p
 
 
+def _subnet_choices(path: Path | None) -> list[int] | None:
+    """The choices of the one subnet in ``path`` (checked against the space when the job is built)."""
+    if path is None:
+        return None
+    from naspipe.errors import UsageError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--subnet {path}: unreadable ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("choices"), list):
+        return list(data["choices"])
+    if isinstance(data, dict) and isinstance(data.get("subnets"), list):
+        data = data["subnets"]
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], list):
+        return list(data[0])
+    raise UsageError(f"--subnet {path}: expected one subnet, e.g. {{\"choices\": [0, 2, 1]}} (a search's best.json)")
+
+
 def run(args: argparse.Namespace) -> int:
     from naspipe.runtime.launch import StageFailed, train
     from naspipe.runtime.lifecycle import Interrupted
 
     flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
-             "seed": args.seed, "checkpoint_every": args.checkpoint_every}
+             "seed": args.seed, "checkpoint_every": args.checkpoint_every, "subnet": _subnet_choices(args.subnet)}
     config = load_config(args.config, args.overrides, flags)
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)

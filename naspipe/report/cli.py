@@ -1,7 +1,7 @@
 """``naspipe report``: every table, figure and ``report.md`` from run directories, in one go.
 
     naspipe report --runs DIR [DIR ...] --reproducibility F.json [...] [--profile SPACE=F.csv ...]
-        [--ablations DIR ...] --out RESULTS
+        [--ablations DIR ...]  [--search SEARCH_DIR=ACC.csv ...] [--curve F.csv ...] --out RESULTS
 
 Writes ``RESULTS/tables/*.{csv,md}``, ``RESULTS/figures/*.png`` and ``RESULTS/report.md``.
 Every file is always written (an empty table says so), so a workflow's output list is
@@ -29,6 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="profile CSV of a space written by 'naspipe profile' (Table 5)")
     p.add_argument("--ablations", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
                    help="ablation run directories (Figure 6; kept out of the other sections)")
+    p.add_argument("--search", nargs="+", action="extend", default=[], metavar="DIR=ACC.csv",
+                   help="a 'naspipe search' directory and the 'naspipe evaluate' CSV of its winner retrained "
+                   "(Table 3's search accuracy, the search-convergence plot)")
+    p.add_argument("--curve", nargs="+", action="extend", type=Path, default=[], metavar="F.csv",
+                   help="'naspipe evaluate --every-checkpoint' CSV of a run (Figure 4: score against training time)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
 
 
@@ -38,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.report.section import Figure
     from naspipe.report.sections import build_sections
 
-    inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations)
+    inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations, args.search, args.curve)
     sections = build_sections(inputs)
     document = render_report(inputs, sections)
     for section in sections:

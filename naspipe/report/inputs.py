@@ -8,12 +8,17 @@ files come from ``naspipe reproducibility``; profiles are ``SPACE=F.csv`` pairs 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UsageError
 from naspipe.report.runinfo import RunInfo, read_run_info
+from naspipe.report.search_inputs import SearchResult, read_curve, read_search
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # the order systems appear in tables and legends: the reference, NASPipe, its ablation, the baselines
 SYSTEM_ORDER = ("sequential", "csp", "csp-no-scheduler", "csp-no-predictor", "gpipe", "vpipe", "pipedream")
@@ -26,6 +31,8 @@ class ReportInputs:
     reproducibility: list[dict[str, Any]] = field(default_factory=list)
     profiles: dict[str, Path] = field(default_factory=dict)  # space -> profile CSV
     ablations: list[RunInfo] = field(default_factory=list)  # Figure 6's runs (kept out of the other sections)
+    searches: list[SearchResult] = field(default_factory=list)
+    curves: list[pd.DataFrame] = field(default_factory=list)  # naspipe evaluate --every-checkpoint CSVs
 
     @property
     def spaces(self) -> list[str]:
@@ -42,7 +49,8 @@ def system_rank(system: str) -> tuple[int, str]:
 
 
 def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],
-                ablations: list[Path] | None = None) -> ReportInputs:
+                ablations: list[Path] | None = None, searches: Sequence[str] = (),
+                curves: Sequence[Path] = ()) -> ReportInputs:
     infos = [read_run_info(p) for p in runs]
     ablation_infos = [read_run_info(p) for p in ablations or []]
     seen: dict[Path, Path] = {}
@@ -52,7 +60,7 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
             raise UsageError(f"run directory {info.path} given twice")
         seen[key] = info.path
     return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles),
-                        ablation_infos)
+                        ablation_infos, [read_search(s) for s in searches], [read_curve(c) for c in curves])
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:

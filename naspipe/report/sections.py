@@ -19,9 +19,11 @@ SECTIONS: tuple[str, ...] = (
     "naspipe.report.table4_access_order",
     "naspipe.report.table5_profile",
     "naspipe.report.fig4_loss",
+    "naspipe.report.fig4_search_score",
     "naspipe.report.fig5_throughput",
     "naspipe.report.fig6_ablation",
     "naspipe.report.fig7_scaling",
+    "naspipe.report.fig_search_convergence",
 )
 
 

@@ -1,7 +1,10 @@
 """Table 3: final loss and weights of every run against the sequential reference (paper Table 3).
 
 The paper's claim is that NASPipe's loss is identical at 4, 8 and 16 GPUs while BSP and ASP
-baselines drift. Here each row is one run of a ``naspipe reproducibility`` file: its final
+baselines drift, and so is the "search accuracy": the score of the best subnet searched out of
+the trained supernet (``search_best``, scored with the supernet's weights) once retrained
+alone (``search_accuracy``; ``naspipe search`` then ``naspipe train --subnet``).
+Here each row is one run of a ``naspipe reproducibility`` file: its final
 loss as an exact ``repr``, a short weights digest, and either ``identical`` or where it first
 diverged from sequential (subnet step and first differing layers).
 """
@@ -16,6 +19,7 @@ from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Table
 
 COLUMNS = ["space", "system", "stages", "seed", "final_loss", "weights", "identical_to_sequential", "first_divergence"]
+SEARCH_COLUMNS = ["search_metric", "search_best", "search_accuracy"]
 
 
 def divergence_text(divergence: dict[str, Any] | None) -> str:
@@ -51,13 +55,29 @@ def repro_frame(inputs: ReportInputs) -> pd.DataFrame:
     return frame[COLUMNS].reset_index(drop=True)
 
 
+def with_search(frame: pd.DataFrame, inputs: ReportInputs) -> pd.DataFrame:
+    """Table 3 completed with each run's search result (runs searched but not compared, e.g. the
+    sequential reference, get a row of their own)."""
+    keys = ["space", "system", "stages", "seed"]
+    search = pd.DataFrame([{"space": r.key[0], "system": r.key[1], "stages": r.key[2], "seed": r.key[3],
+                            "search_metric": r.best["metric"], "search_best": repr(float(r.best["score"])),
+                            "search_accuracy": repr(r.accuracy)} for r in inputs.searches],
+                          columns=keys + SEARCH_COLUMNS).drop_duplicates(keys)
+    if search.empty:
+        return frame
+    merged = frame.merge(search, on=keys, how="outer").fillna("")
+    merged = merged.assign(_rank=[system_rank(s) for s in merged["system"]]).sort_values(
+        ["space", "_rank", "stages", "seed"])
+    return merged[COLUMNS + SEARCH_COLUMNS].reset_index(drop=True)
+
+
 def build(inputs: ReportInputs) -> Table:
-    frame = repro_frame(inputs)
+    frame = with_search(repro_frame(inputs), inputs)
     return Table(
         "table3_reproducibility",
-        "Table 3: final loss and weights across stage counts against sequential",
+        "Table 3: final loss, weights and search accuracy across stage counts against sequential",
         frame,
-        _reading(frame),
+        _reading(frame) + _search_reading(frame),
     )
 
 
@@ -65,7 +85,8 @@ def _reading(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "No reproducibility file was given."
     text = []
-    for (space, system), group in frame.groupby(["space", "system"], sort=False):
+    compared = frame[frame["identical_to_sequential"] != ""]  # the reference itself has a search row only
+    for (space, system), group in compared.groupby(["space", "system"], sort=False):
         stages = ", ".join(f"D={d}" for d in sorted(group["stages"].unique()))
         same = group["identical_to_sequential"] == "yes"
         if same.all():
@@ -82,3 +103,17 @@ def _reading(frame: pd.DataFrame) -> str:
             f"({stages}), with {spread}."
         )
     return " ".join(text)
+
+
+def _search_reading(frame: pd.DataFrame) -> str:
+    if "search_accuracy" not in frame.columns:
+        return ""
+    text = []
+    searched = frame[frame["search_accuracy"] != ""]
+    for (space, system), group in searched.groupby(["space", "system"], sort=False):
+        values = sorted(set(group["search_accuracy"]))
+        stages = ", ".join(f"D={d}" for d in sorted(group["stages"].unique()))
+        verdict = (f"the same search accuracy {float(values[0]):.4g} at {stages}" if len(values) == 1
+                   else f"{len(values)} different search accuracies over {stages}")
+        text.append(f"`{space}` {system}: {verdict}.")
+    return (" Search: " + " ".join(text)) if text else ""

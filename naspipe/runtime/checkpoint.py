@@ -13,7 +13,9 @@ one at its last step (``final_checkpoint``): the trained supernet, from which
   :mod:`naspipe.runtime.recorder`) were valid at the checkpoint. The logs are not copied
   into the checkpoint, so its size does not grow with the step count.
 - ``manifest.json``: written last by stage 0 after a barrier, with the SHA-256 of every file
-  above and the merged log lengths. Stage 0 hashes the shards itself, which also proves they
+  above, the merged log lengths and ``written_at`` (Unix time; with ``metrics.json``'s
+  ``wall_s`` it places each checkpoint on the run's wall-clock axis, Figure 4's curves).
+  Stage 0 hashes the shards itself, which also proves they
   are visible to it (multi-node runs need a shared filesystem). A folder without a manifest
   is incomplete: it is removed and never counts toward ``keep_checkpoints``.
 
@@ -27,6 +29,7 @@ import hashlib
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,7 @@ from naspipe.fsutil import atomic_write, atomic_write_json
 MANIFEST = "manifest.json"
 FORMAT = 2
 # Keys that change numerics: a resumed run must match the checkpoint on these.
-MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "bulk_size")
+MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "bulk_size", "subnet")
 _STEP_DIR = re.compile(r"step-(\d{8})$")
 _HEX64 = re.compile(r"[0-9a-f]{64}$")
 
@@ -79,7 +82,7 @@ def write_manifest(directory: Path, step: int, stages: int, layers: list[int], c
         logs.update(json.loads((directory / stage_file(k)).read_text(encoding="utf-8"))["logs"])
     files = {n: file_sha256(directory / n) for n in names}
     atomic_write_json(directory / MANIFEST, {"format": FORMAT, "step": step, "stages": stages, "config": config,
-                                             "files": files, "logs": logs})
+                                             "files": files, "logs": logs, "written_at": time.time()})
     prune(directory.parent, keep)
 
 

@@ -16,7 +16,7 @@ from naspipe.partition import Partition, balanced_partition
 from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
 from naspipe.scheduling.policies import POLICIES
 from naspipe.space import SearchSpace, make_space
-from naspipe.subnet import SubnetStream
+from naspipe.subnet import FixedSubnetStream, SubnetStream
 
 
 @dataclass
@@ -52,7 +52,7 @@ def build_job(config: Config) -> Job:
         )
     check_bulk_boundary(config, "checkpoint_every", config.checkpoint_every)
     partition = _partition(config, space)
-    stream = SubnetStream(structure.choices_per_block, config.seed)
+    stream = _stream(config, structure.choices_per_block)
     if config.partition_mode == "per-subnet":
         plan = PipelinePlan.per_subnet(structure, partition, stream, layer_costs(space, config.partition_costs))
     else:
@@ -68,6 +68,16 @@ def layer_costs(space: SearchSpace, source: str) -> list[float]:
         return [float(space.layer_cost(lid)) for lid in range(structure.num_layers)]
     per_position = position_costs(space, source)
     return [per_position[structure.position_of(lid)] for lid in range(structure.num_layers)]
+
+
+def _stream(config: Config, choices_per_block: tuple[int, ...]) -> SubnetStream:
+    """SPOS uniform sampling, or one fixed architecture every step (config key ``subnet``)."""
+    if not config.subnet:
+        return SubnetStream(choices_per_block, config.seed)
+    from naspipe.search.subnet_file import check_subnet
+
+    return FixedSubnetStream(choices_per_block, check_subnet(list(config.subnet), choices_per_block,
+                                                             "config key 'subnet'"))
 
 
 def _partition(config: Config, space: SearchSpace) -> Partition:

@@ -273,6 +273,12 @@ def train_args(wildcards):
         f"device={config['device']}",
         "progress=off",
     ]
+    every = config["search"]["checkpoint_every"]
+    if every:  # Figure 4's score-over-time curves evaluate these checkpoints
+        sets += [
+            f"checkpoint_every={every}",
+            f"keep_checkpoints={math.ceil(config['steps'] / every) + 1}",
+        ]
     sets += [f"{key}={value}" for key, value in sorted(config["train_options"].items())]
     return (
         f"--space {w.space} --system {w.system} --stages {w.stages} --steps {config['steps']} --seed {w.seed} "
@@ -328,6 +334,79 @@ def ablation_args(wildcards):
     return f"{train_args(run)} {set_args(sets)}"
 
 
+# -- search ------------------------------------------------------------
+
+
+def search_dirs():
+    """One search per training run (Table 3's search accuracy per system and stage count)."""
+    return [r.replace("results/runs/", "results/search/", 1) for r in all_runs()]
+
+
+def eval_args():
+    """The `naspipe evaluate`/`search` scoring options shared by the search rules."""
+    s = config["search"]
+    return (
+        f"--split {s['split']} --batches {s['batches']} --beam {s['beam']} --calib-batches {s['calib_batches']} "
+        f"--threads {config['threads_per_stage']} --device {config['device']}"
+    )
+
+
+def search_args(wildcards):
+    s = config["search"]
+    metric = f" --metric {s['metric']}" if s.get("metric") else ""
+    return (
+        f"--method {s['method']} --population {s['population']} --generations {s['generations']} "
+        f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric} {eval_args()}"
+    )
+
+
+def retrain_args(wildcards):
+    sets = space_options(wildcards.space) + [
+        f"threads={config['threads_per_stage']}",
+        f"device={config['device']}",
+        "progress=off",
+    ]
+    sets += [
+        f"{key}={value}"
+        for key, value in sorted(config["train_options"].items())
+        if key not in ("checkpoint_every", "keep_checkpoints")
+    ]
+    steps = config["search"]["retrain_steps"]
+    return (
+        f"--space {wildcards.space} --system csp --stages 1 --steps {steps} --seed {wildcards.seed} "
+        f"{set_args(sets)}"
+    )
+
+
+def curve_args(wildcards):
+    s = config["search"]
+    return f"--sample {s['curve_subnets']} --seed {s['seed']} {eval_args()}"
+
+
+def one_gpu():
+    """Claim one GPU for a cuda job (nothing on cpu)."""
+    return f"python -m naspipe with-gpus {1 if CUDA else 0} --"
+
+
+def accuracy_files():
+    return [f"{d}.accuracy.csv" for d in search_dirs()]
+
+
+def curve_files():
+    """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
+    runs = {reference_run(space, seed) for space in SPACES for seed in SEEDS}
+    runs |= {
+        system_runs(space, system, seed)[-1]
+        for space in SPACES
+        for system in SYSTEMS
+        for seed in SEEDS
+        if system_runs(space, system, seed)
+    }
+    return sorted(
+        r.replace("results/runs/", "results/curves/", 1) + ".csv" for r in runs
+    )
+
+
 # -- report ------------------------------------------------------------
 
 TABLES = [
@@ -337,7 +416,14 @@ TABLES = [
     "table4_access_order",
     "table5_profile",
 ]
-FIGURES = ["fig4_loss_vs_time", "fig5_throughput", "fig6_ablation", "fig7_scaling"]
+FIGURES = [
+    "fig4_loss_vs_time",
+    "fig4_search_score",
+    "fig5_throughput",
+    "fig6_ablation",
+    "fig7_scaling",
+    "fig_search_convergence",
+]
 
 
 def report_file(path, caption, category):

@@ -7,6 +7,9 @@ rule report:
         reproducibility=reproducibility_files(),
         profiles=expand("results/profiles/{space}.csv", space=SPACES),
         ablations=ablation_runs(),
+        searches=search_dirs(),
+        accuracies=accuracy_files(),
+        curves=curve_files(),
     output:
         REPORT_OUTPUTS,
     log:
@@ -20,6 +23,8 @@ rule report:
         ablations=lambda wc, input: (
             " ".join(["--ablations", *input.ablations]) if input.ablations else ""
         ),
+        searches=" ".join(f"--search {d}={d}.accuracy.csv" for d in search_dirs()),
+        curves=" ".join(f"--curve {c}" for c in curve_files()),
     shell:
-        "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles} {params.ablations}"
-        " --out results > {log} 2>&1"
+        "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
+        " {params.ablations} {params.searches} {params.curves} --out results > {log} 2>&1"

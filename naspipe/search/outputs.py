@@ -1,0 +1,85 @@
+"""What ``naspipe search`` writes: every candidate (CSV), the best subnet (JSON), a convergence plot (PNG).
+
+The directory is built aside and renamed into place whole, so ``--out`` never holds half a
+search; an existing directory is replaced only when it holds a previous search's
+``best.json`` (or is empty), never the user's own files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from naspipe.errors import UsageError
+from naspipe.fsutil import atomic_write_bytes, atomic_write_json, atomic_write_text
+from naspipe.search.evolution import Candidate, best
+from naspipe.search.options import csv_text
+from naspipe.search.subnet_file import subnet_json
+
+BEST = "best.json"
+CANDIDATES = "candidates.csv"
+PLOT = "convergence.png"
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse, before any work, an ``--out`` that is a file or a directory of someone else's files."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / BEST).is_file():
+        raise UsageError(f"--out {out}: refusing to replace a non-empty directory without {BEST}")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: lies under a file")
+
+
+def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, dict[str, float]],
+                 names: Sequence[str], summary: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        rows = [[c.generation, c.index, c.origin, str(c.subnet), c.score, *(metrics[i][m] for m in names)]
+                for i, c in enumerate(candidates)]
+        atomic_write_text(tmp / CANDIDATES, csv_text(["generation", "index", "origin", "choices", "score", *names],
+                                                     rows))
+        top = best(candidates)
+        atomic_write_json(tmp / BEST, subnet_json(top.subnet, score=top.score, generation=top.generation,
+                                                  **summary))
+        atomic_write_bytes(tmp / PLOT, convergence_png(candidates, str(summary.get("metric", "score"))))
+        _swap(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def convergence_png(candidates: Sequence[Candidate], metric: str) -> bytes:
+    """Every candidate's score per generation (dots) and the best so far (line)."""
+    from naspipe.report.plotting import render
+
+    def draw(ax: Any) -> None:
+        ax.scatter([c.generation for c in candidates], [c.score for c in candidates], s=12, alpha=0.5,
+                   label="candidate")
+        gens = sorted({c.generation for c in candidates})
+        ax.plot(gens, [best([c for c in candidates if c.generation <= g]).score for g in gens], marker="o",
+                color="black", label="best so far")
+        ax.set_xlabel("generation")
+        ax.set_ylabel(metric if metric != "loss" else "-loss")
+        ax.legend()
+
+    return render(draw)
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.rmdir(old)
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
