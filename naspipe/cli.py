@@ -54,6 +54,7 @@ COMMANDS: dict[str, Command] = {
     "reproducibility": Command("naspipe.report.reproducibility",
                                "write per-run verdicts against the sequential reference as JSON (exit 0)"),
     "report": Command("naspipe.report.cli", "regenerate the paper's tables, figures and report.md from runs"),
+    "simulate": Command("naspipe.sim.cli", "simulate a run on a hardware spec (the same policies in simulated time)"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
 }
 

@@ -1,0 +1,112 @@
+"""One simulated run, end to end: events, memory, lower bound, and the runtime's metrics schema.
+
+:func:`simulate_run` is pure (no torch, no files): the CLI builds its inputs from a config
+and writes what it returns. The metrics carry every key of the runtime's ``metrics.json``
+(:func:`naspipe.runtime.outputs.compute_metrics`) with simulated seconds, so reports and
+tools read a simulated run like a measured one; ``simulated`` says which it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies import POLICIES, PolicyOptions
+from naspipe.sim.bound import longest_path, lower_bound
+from naspipe.sim.costs import CostModel
+from naspipe.sim.engine import CATEGORIES, SimResult, simulate
+from naspipe.sim.memory import memory_report
+from naspipe.sim.residency import Residency, Resident, SynchronousSwap
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    plan: PipelinePlan
+    system: str
+    subnets: int
+    options: PolicyOptions
+    costs: CostModel
+    recompute: bool  # as configured; a policy that forces it (pipedream) wins
+    trace_max_events: int = 0
+
+
+def effective_recompute(system: str, configured: bool) -> bool:
+    forced = POLICIES[system].recompute
+    return configured if forced is None else bool(forced)
+
+
+def residency_for(setup: SimSetup) -> Any:
+    """The copy model of each stage: VPipe's synchronous swap, else resident parameters."""
+    if POLICIES[setup.system].swap_parameters:
+        structure = setup.plan.structure
+        trainable = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
+        return lambda stage: SynchronousSwap(setup.costs, trainable)
+    return lambda stage: Resident()
+
+
+def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
+    """``(metrics, trace events)`` of one simulated run."""
+    recompute = effective_recompute(setup.system, setup.recompute)
+    result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
+                      residency_for(setup), trace_max_events=setup.trace_max_events)
+    path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute)
+    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute)
+    return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
+
+
+def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recompute: bool) -> dict[str, Any]:
+    d, n = setup.plan.num_stages, result.subnets
+    makespan = result.makespan or 1e-9
+    busy = [s.busy for s in result.stages]
+    bound = lower_bound(max(busy, default=0.0), path)
+    for s in result.stages:
+        s.seconds["waiting"] = max(makespan - s.busy, 0.0)
+    copies: list[Residency] = result.residency
+    hits = sum(c.stats.hits for c in copies)
+    uses = hits + sum(c.stats.misses for c in copies)
+    return {
+        "system": setup.system,
+        "space": setup.plan.structure.name,
+        "stages": d,
+        "partition": str(setup.plan.partition),
+        "device": f"simulated:{setup.costs.hardware.name}",
+        "subnets": n,
+        "wall_s": makespan,
+        "makespan_s": makespan,
+        "throughput_samples_s": n * setup.costs.batch / makespan,
+        "subnets_per_hour": n / makespan * 3600.0,
+        "bubble_ratio": 1.0 - sum(busy) / (d * makespan),
+        "bubble_ratio_per_stage": [1.0 - b / makespan for b in busy],
+        "exec_s": sum(busy) / max(n, 1),
+        "seconds_per_stage": [{c: s.seconds[c] for c in CATEGORIES} for s in result.stages],
+        "swap_bytes": sum(c.stats.in_bytes + c.stats.out_bytes for c in copies),
+        "swap_wait_s": sum(c.stats.wait_s for c in copies),
+        "swap_fetches": float(sum(c.stats.misses for c in copies)),
+        "recompute_effective": recompute,
+        "stage_extra": [{"tasks": s.tasks, "sent_bytes": s.sent_bytes, "trace_dropped": s.trace_dropped,
+                         "recompute": float(recompute), "cache_hit_rate": c.stats.hit_rate}
+                        for s, c in zip(result.stages, copies, strict=True)],
+        "simulated": True,
+        "hardware": setup.costs.hardware.name,
+        "costs": setup.costs.name,
+        "batch_size": setup.costs.batch,
+        "lower_bound_s": bound,
+        "efficiency": bound / makespan,
+        "cache_hit_rate": hits / uses if uses else 1.0,
+        "max_batch": memory.max_batch,
+        "device_bytes": memory.device_bytes,
+        "host_bytes": memory.host_bytes,
+        "fits": memory.device_bytes <= setup.costs.hardware.usable_device_memory,
+    }
+
+
+def _trace(setup: SimSetup, result: SimResult) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"naspipe {setup.system} (simulated)"}}
+    ]
+    for k in range(setup.plan.num_stages):
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": k, "args": {"name": f"stage {k}"}})
+    for s in result.stages:
+        events.extend(s.trace)
+    return events
