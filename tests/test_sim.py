@@ -146,3 +146,14 @@ def test_cli_writes_the_runtime_schema_and_a_trace(tmp_path, capsys):
 def test_cli_reads_a_profile(tmp_path):
     profile = Path(__file__).parent / "data" / "nonexistent.csv"
     assert main(["simulate", "--stages", "2", "--costs", str(profile), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_the_simulators_layer_view_equals_the_plan():
+    from naspipe.sim.layout import SubnetLayers
+
+    plan = make_plan(4, blocks=7)
+    layout = SubnetLayers(plan)
+    for y in range(30):
+        for k in range(4):
+            assert layout.all(y)[k] == plan.stage_layers(y, k)
+            assert layout.trainable(y)[k] == plan.trainable_layers(y, k)

@@ -20,6 +20,7 @@ class PipelinePlan:
         self.structure = structure
         self.partition = partition
         self.stream = stream
+        self.subnet_layers = lru_cache(maxsize=1 << 12)(self._subnet_layers)  # one pass per subnet, not per stage
         self.stage_layers = lru_cache(maxsize=1 << 16)(self._stage_layers)
         self.trainable_layers = lru_cache(maxsize=1 << 16)(self._trainable_layers)
 
@@ -27,8 +28,11 @@ class PipelinePlan:
     def num_stages(self) -> int:
         return self.partition.num_stages
 
+    def _subnet_layers(self, subnet: int) -> tuple[int, ...]:
+        return self.structure.position_layers(self.stream[subnet])
+
     def _stage_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
-        layers = self.structure.position_layers(self.stream[subnet])
+        layers = self.subnet_layers(subnet)
         positions = self.partition.positions(stage)
         return layers[positions.start : positions.stop]
 

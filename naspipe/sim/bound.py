@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.sim.costs import CostModel, backward_s, forward_s, update_s
+from naspipe.sim.layout import StageSlices, SubnetLayers
 
 CAUSAL_SYSTEMS = frozenset({"sequential", "csp", "csp-no-scheduler"})
 
@@ -23,31 +24,32 @@ def longest_path(plan: PipelinePlan, system: str, num_subnets: int, costs: CostM
     causal = system in CAUSAL_SYSTEMS
     written: dict[int, float] = {}  # layer -> when its latest update ended
     longest = 0.0
+    layout = SubnetLayers(plan)
     for y in range(num_subnets):
         t = 0.0
+        slices, trainables = layout.all(y), layout.trainable(y)
         for k in range(d):
-            layers = plan.stage_layers(y, k)
             if causal:
-                t = max([t, *(written.get(lid, 0.0) for lid in plan.trainable_layers(y, k))])
-            t += forward_s(costs, layers) + (_message(plan, costs, y, k, k + 1) if k < d - 1 else 0.0)
+                t = max([t, *(written.get(lid, 0.0) for lid in trainables[k])])
+            t += forward_s(costs, slices[k]) + (_message(costs, slices, k, k + 1) if k < d - 1 else 0.0)
         for k in range(d - 1, -1, -1):
-            r, b = backward_s(costs, plan.stage_layers(y, k), recompute)
+            r, b = backward_s(costs, slices[k], recompute)
             t += r + b
-            trainable = plan.trainable_layers(y, k)
+            trainable = trainables[k]
             done = t + update_s(costs, trainable)
             longest = max(longest, done)
             if causal:
                 for lid in trainable:
                     written[lid] = done
             if k > 0:
-                t += _message(plan, costs, y, k, k - 1)
+                t += _message(costs, slices, k, k - 1)
     return longest
 
 
-def _message(plan: PipelinePlan, costs: CostModel, subnet: int, src: int, dst: int) -> float:
+def _message(costs: CostModel, slices: StageSlices, src: int, dst: int) -> float:
     if costs.free_io:
         return 0.0
-    boundary = plan.stage_layers(subnet, min(src, dst))[-1]
+    boundary = slices[min(src, dst)][-1]
     return costs.hardware.transfer_s(src, dst, costs.boundary_bytes(boundary))
 
 

@@ -29,6 +29,7 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
 from naspipe.sim.costs import CostModel, backward_s, forward_s, update_s
+from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
@@ -89,6 +90,7 @@ class _Engine:
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
                  copies: list[Residency], record_order: bool, trace_max: int) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
+        self.layout = SubnetLayers(plan)
         self.recompute, self.copies = recompute, copies
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
         d = len(policies)
@@ -139,8 +141,7 @@ class _Engine:
         result = self.results[k]
         if self.record_order:
             result.order.append(task)
-        layers = self.plan.trainable_layers(task.subnet, k) if task.kind is Kind.UPDATE \
-            else self.plan.stage_layers(task.subnet, k)
+        layers = (self.layout.trainable if task.kind is Kind.UPDATE else self.layout.all)(task.subnet)[k]
         start = self.copies[k].acquire(task, layers, self.now)
         if start > self.now:
             self._span(k, "waiting", "copy", self.now, start, task.subnet)
@@ -194,7 +195,7 @@ class _Engine:
             deliver(subnet)
             self.dirty.add(dst)
             return
-        boundary = self.plan.stage_layers(subnet, min(src, dst))[-1]
+        boundary = self.layout.all(subnet)[min(src, dst)][-1]
         nbytes = costs.boundary_bytes(boundary)
         self.results[src].sent_bytes += nbytes
         start = max(self.now, self.link_free.get((src, dst), 0.0))
