@@ -166,6 +166,7 @@ CASES = [
          "hw.yaml: unknown key 'flopz'", write("hw.yaml", b"name: x\nflopz: 1\n")),
     Case("sim-costs", ("simulate", "--stages", "2", "--costs", "{tmp}/none.csv", "--out", "{out}"), "none.csv"),
     Case("sim-system", ("simulate", "--system", "nosuch", "--out", "{out}"), "'nosuch'"),
+    Case("sim-batch", ("simulate", "--batch", "lots", "--out", "{out}"), "--batch 'lots'"),
     Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
 ]
 

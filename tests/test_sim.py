@@ -157,3 +157,16 @@ def test_the_simulators_layer_view_equals_the_plan():
         for k in range(4):
             assert layout.all(y)[k] == plan.stage_layers(y, k)
             assert layout.trainable(y)[k] == plan.trainable_layers(y, k)
+
+
+def test_batch_max_runs_at_the_largest_batch_that_fits():
+    plan = make_plan(2)
+    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    base = SimSetup(plan, "gpipe", 8, PolicyOptions(max_inflight=4, bulk_size=2), costs, True)
+    at_config, _ = simulate_run(base)
+    from dataclasses import replace
+
+    at_max, _ = simulate_run(replace(base, batch="max"))
+    assert at_max["batch_size"] == at_config["max_batch"] > 8
+    assert at_max["throughput_samples_s"] > at_config["throughput_samples_s"]
+    assert at_max["device_bytes"] <= HW.usable_device_memory

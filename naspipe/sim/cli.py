@@ -51,6 +51,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--costs", default="analytic",
                    help="task costs: 'analytic' (hardware FLOP/s), 'uniform' (forward 1, backward 2, free "
                    "messages), or a profile CSV from 'naspipe profile' (default analytic)")
+    p.add_argument("--batch", default="config",
+                   help="samples per subnet step: 'config' (the space's batch_size), 'max' (the largest batch "
+                   "this system fits on the hardware, paper Table 2), or a number (default config)")
     p.add_argument("--out", type=Path, required=True, help="output directory DIR (published complete, by rename)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR when this run completes")
     return p
@@ -61,20 +64,32 @@ def run(args: argparse.Namespace) -> int:
              "seed": args.seed}
     config = load_config(args.config, args.overrides, flags)
     hardware = load_hardware(args.hardware)
-    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite)
+    batch = _batch(args.batch)
+    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch)
     keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency", "max_batch")
     print(json.dumps({k: metrics[k] for k in keys}))
     return 0
 
 
-def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, overwrite: bool) -> dict[str, Any]:
+def _batch(text: str) -> int | str:
+    if text in ("config", "max"):
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--batch {text!r}: expected 'config', 'max' or a positive integer")
+    return int(text)
+
+
+def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, overwrite: bool,
+                batch: int | str = "config") -> dict[str, Any]:
     """Check everything, simulate, then write and publish ``out``; returns the metrics."""
+    from dataclasses import replace
+
     from naspipe.runtime import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
-    setup = build_setup(config, hardware, costs_spec)
+    setup = replace(build_setup(config, hardware, costs_spec), batch=batch)
     metrics, trace = simulate_run(setup)
-    metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec}
+    metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch}
     if run_dir.work.exists():
         shutil.rmtree(run_dir.work)
     run_dir.work.mkdir(parents=True)

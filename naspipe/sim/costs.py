@@ -21,7 +21,7 @@ messages and copies. Three models:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from naspipe.errors import UsageError
 from naspipe.profile.rows import ProfileRow
@@ -69,6 +69,15 @@ class CostModel:
     def boundary_bytes(self, layer: int) -> float:
         """Bytes of the activation (or, backwards, its gradient) after ``layer`` for one batch."""
         return self.info[layer].out_bytes * self.batch
+
+
+def at_batch(costs: CostModel, batch: int) -> CostModel:
+    """The same model at another batch: compute scales linearly, the optimizer does not."""
+    if costs.per_task or batch == costs.batch:
+        return replace(costs, batch=batch)
+    f = batch / costs.batch
+    layers = tuple(LayerCost(c.forward_s * f, c.recompute_s * f, c.backward_s * f, c.update_s) for c in costs.layers)
+    return replace(costs, layers=layers, batch=batch)
 
 
 def update_seconds(params: int, optimizer_states: int, hardware: Hardware) -> float:

@@ -8,13 +8,13 @@ tools read a simulated run like a measured one; ``simulated`` says which it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.sim.bound import longest_path, lower_bound
-from naspipe.sim.costs import CostModel
+from naspipe.sim.costs import CostModel, at_batch
 from naspipe.sim.engine import CATEGORIES, SimResult, simulate
 from naspipe.sim.memory import memory_report
 from naspipe.sim.residency import Residency, Resident, SynchronousSwap
@@ -29,6 +29,7 @@ class SimSetup:
     costs: CostModel
     recompute: bool  # as configured; a policy that forces it (pipedream) wins
     trace_max_events: int = 0
+    batch: int | str = "config"  # "config": the space's batch_size; "max": the largest that fits; or a number
 
 
 def effective_recompute(system: str, configured: bool) -> bool:
@@ -46,8 +47,12 @@ def residency_for(setup: SimSetup) -> Any:
 
 
 def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
-    """``(metrics, trace events)`` of one simulated run."""
+    """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked)."""
     recompute = effective_recompute(setup.system, setup.recompute)
+    if setup.batch != "config":
+        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute).max_batch
+        batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
+        setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
                       residency_for(setup), trace_max_events=setup.trace_max_events)
     path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute)
