@@ -26,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="files written by 'naspipe reproducibility' (Table 3)")
     p.add_argument("--profile", nargs="+", action="extend", default=[], metavar="SPACE=F.csv",
                    help="profile CSV of a space written by 'naspipe profile' (Table 5)")
+    p.add_argument("--simulated", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
+                   help="run directories written by 'naspipe simulate' (the simulated Table 2, Figures 5 and 7)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
 
 
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.report.section import Figure
     from naspipe.report.sections import build_sections
 
-    inputs = load_inputs(args.runs, args.reproducibility, args.profile)
+    inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.simulated)
     sections = build_sections(inputs)
     document = render_report(inputs, sections)
     for section in sections:

@@ -25,6 +25,7 @@ class ReportInputs:
     runs: list[RunInfo]
     reproducibility: list[dict[str, Any]] = field(default_factory=list)
     profiles: dict[str, Path] = field(default_factory=dict)  # space -> profile CSV
+    simulated: list[RunInfo] = field(default_factory=list)  # ``naspipe simulate`` runs (the sim_* sections)
 
     @property
     def spaces(self) -> list[str]:
@@ -40,15 +41,20 @@ def system_rank(system: str) -> tuple[int, str]:
     return (SYSTEM_ORDER.index(system) if system in SYSTEM_ORDER else len(SYSTEM_ORDER), system)
 
 
-def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str]) -> ReportInputs:
+def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],
+                simulated: list[Path] | None = None) -> ReportInputs:
     infos = [read_run_info(p) for p in runs]
+    sims = [read_run_info(p) for p in simulated or []]
+    for sim in sims:
+        if sim.metrics.get("simulated") is not True:
+            raise UsageError(f"--simulated {sim.path}: not a 'naspipe simulate' run (metrics.json lacks simulated)")
     seen: dict[Path, Path] = {}
-    for info in infos:
+    for info in [*infos, *sims]:
         key = info.path.resolve()
         if key in seen:
             raise UsageError(f"run directory {info.path} given twice")
         seen[key] = info.path
-    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles))
+    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles), sims)
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:

@@ -21,6 +21,9 @@ SECTIONS: tuple[str, ...] = (
     "naspipe.report.fig4_loss",
     "naspipe.report.fig5_throughput",
     "naspipe.report.fig7_scaling",
+    "naspipe.report.sim_table2",
+    "naspipe.report.sim_fig5",
+    "naspipe.report.sim_fig7",
 )
 
 
