@@ -17,6 +17,7 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/compare.smk"
+include: "workflow/rules/simulate.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -25,6 +26,7 @@ localrules:
     partition,
     compare,
     report,
+    simulate,
 
 
 rule all:

@@ -6,6 +6,7 @@ rule report:
         runs=all_runs(),
         reproducibility=reproducibility_files(),
         profiles=expand("results/profiles/{space}.csv", space=SPACES),
+        sims=all_sims(),
     output:
         REPORT_OUTPUTS,
     log:
@@ -16,6 +17,9 @@ rule report:
         profiles=" ".join(
             f"--profile {space}=results/profiles/{space}.csv" for space in SPACES
         ),
+        sims=lambda wc, input: (
+            f"--simulated {' '.join(input.sims)}" if input.sims else ""
+        ),
     shell:
         "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
-        " --out results > {log} 2>&1"
+        " {params.sims} --out results > {log} 2>&1"
