@@ -14,7 +14,16 @@ from naspipe.partition import balanced_partition
 from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
 from naspipe.scheduling.driver import drive
 from naspipe.scheduling.task import Kind, Task
-from naspipe.sim.costs import CostModel, LayerCost, LayerInfo, analytic_costs, uniform_costs
+from naspipe.sim.costs import (
+    CostModel,
+    LayerCost,
+    LayerInfo,
+    analytic_costs,
+    backward_s,
+    forward_s,
+    uniform_costs,
+    update_s,
+)
 from naspipe.sim.engine import simulate
 from naspipe.sim.hardware import hardware_names, load_hardware
 from naspipe.sim.run import SimSetup, simulate_run
@@ -74,10 +83,10 @@ def test_task_order_per_stage_equals_the_virtual_time_driver(system, uniform):
         if uniform:
             return {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
         if task.kind is Kind.FORWARD:
-            return sum(costs.layers[lid].forward_s for lid in layers)
+            return forward_s(costs, layers)
         if task.kind is Kind.BACKWARD:
-            return sum(costs.layers[lid].recompute_s + costs.layers[lid].backward_s for lid in layers)
-        return sum(costs.layers[lid].update_s for lid in plan.trainable_layers(task.subnet, task.stage))
+            return sum(backward_s(costs, layers, True))
+        return update_s(costs, plan.trainable_layers(task.subnet, task.stage))
 
     timeline = drive(plan, system, 24, options, duration)
     for k in range(3):

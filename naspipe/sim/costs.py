@@ -125,11 +125,15 @@ def profile_costs(
 
 
 def forward_s(costs: CostModel, layers: tuple[int, ...]) -> float:
-    return 1.0 if costs.per_task else sum(costs.layers[lid].forward_s for lid in layers)
+    if costs.per_task:
+        return 1.0
+    return costs.hardware.task_overhead_s + sum(costs.layers[lid].forward_s for lid in layers)
 
 
 def update_s(costs: CostModel, trainable: tuple[int, ...]) -> float:
-    return 0.0 if costs.per_task else sum(costs.layers[lid].update_s for lid in trainable)
+    if costs.per_task:
+        return 0.0
+    return costs.hardware.task_overhead_s + sum(costs.layers[lid].update_s for lid in trainable)
 
 
 def backward_s(costs: CostModel, layers: tuple[int, ...], recompute: bool) -> tuple[float, float]:
@@ -137,5 +141,5 @@ def backward_s(costs: CostModel, layers: tuple[int, ...], recompute: bool) -> tu
     if costs.per_task:
         return (1.0, 1.0) if recompute else (0.0, 2.0)
     r = sum(costs.layers[lid].recompute_s for lid in layers)
-    b = sum(costs.layers[lid].backward_s for lid in layers)
+    b = costs.hardware.task_overhead_s + sum(costs.layers[lid].backward_s for lid in layers)
     return (r, b) if recompute else (0.0, b)

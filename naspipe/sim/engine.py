@@ -91,6 +91,7 @@ class _Engine:
                  copies: list[Residency], record_order: bool, trace_max: int) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
+        self.blocking = costs.hardware.blocking_send and not costs.free_io
         self.recompute, self.copies = recompute, copies
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
         d = len(policies)
@@ -149,6 +150,12 @@ class _Engine:
         free = self.copies[k].release(task, layers, end)
         if free > end:
             self._span(k, "waiting", "copy", end, free, task.subnet)
+        if self.blocking:  # the stage is held until its message is received (gloo's send on CPU)
+            dst = self._destination(k, task)
+            if dst is not None:
+                sent = self._transfer(k, dst, task.subnet, free)
+                self._span(k, "waiting", f"send {task.kind.value}{task.subnet}", free, sent, task.subnet)
+                free = sent
         result.tasks += 1
         result.end = max(result.end, free)
         self.idle[k] = False
@@ -176,29 +183,37 @@ class _Engine:
             result.trace_dropped += 1
         return end
 
+    def _destination(self, k: int, task: Task) -> int | None:
+        """The stage ``task``'s message goes to, if it sends one."""
+        if task.kind is Kind.FORWARD and k < len(self.policies) - 1:
+            return k + 1
+        if task.kind is Kind.BACKWARD and k > 0:
+            return k - 1
+        return None
+
     def _finish(self, k: int, task: Task) -> None:
         self.policies[k].completed(task)
-        last = len(self.policies) - 1
-        if task.kind is Kind.FORWARD:
-            if k == last:
-                self.policies[k].backward_arrived(task.subnet)
-            else:
-                self._send(k, k + 1, _ARRIVE_F, task.subnet)
-        elif task.kind is Kind.BACKWARD and k > 0:
-            self._send(k, k - 1, _ARRIVE_B, task.subnet)
-
-    def _send(self, src: int, dst: int, what: int, subnet: int) -> None:
-        """The activation after ``src``'s last layer (or its gradient) goes to ``dst``."""
-        costs = self.costs
-        if costs.free_io:
+        if task.kind is Kind.FORWARD and k == len(self.policies) - 1:
+            self.policies[k].backward_arrived(task.subnet)
+            return
+        dst = self._destination(k, task)
+        if dst is None:
+            return
+        what = _ARRIVE_F if task.kind is Kind.FORWARD else _ARRIVE_B
+        if self.costs.free_io or self.blocking:  # free, or already received while the sender waited
             deliver = self.policies[dst].forward_arrived if what == _ARRIVE_F else self.policies[dst].backward_arrived
-            deliver(subnet)
+            deliver(task.subnet)
             self.dirty.add(dst)
             return
+        self._push(self._transfer(k, dst, task.subnet, self.now), what, dst, task.subnet)
+
+    def _transfer(self, src: int, dst: int, subnet: int, now: float) -> float:
+        """When the activation after ``src``'s last layer (or its gradient) sent at ``now`` reaches ``dst``."""
+        costs = self.costs
         boundary = self.layout.all(subnet)[min(src, dst)][-1]
         nbytes = costs.boundary_bytes(boundary)
         self.results[src].sent_bytes += nbytes
-        start = max(self.now, self.link_free.get((src, dst), 0.0))
+        start = max(now, self.link_free.get((src, dst), 0.0))
         arrive = start + costs.hardware.transfer_s(src, dst, nbytes)
         self.link_free[(src, dst)] = arrive
-        self._push(arrive, what, dst, subnet)
+        return arrive

@@ -4,7 +4,9 @@ A spec names what prices a run that the scheduling core does not: compute speed,
 sizes and the bandwidth and latency of every link a pipeline uses (host-device copies,
 GPU to GPU inside a host, the network between hosts). Stage ``k`` runs on GPU ``k`` and
 host ``k // gpus_per_host``, the placement the paper's testbed used. Every key is required
-and checked on load, so a typo is one line naming the file and key, never a silent default.
+(``task_overhead_s`` and ``blocking_send`` describe the runtime on that machine: the fixed
+cost of a task beyond its kernels, and whether a send holds the sender until received) and
+checked on load, so a typo is one line naming the file and key, never a silent default.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Hardware:
     intra_host_latency: float
     network_bandwidth: float
     network_latency: float
+    task_overhead_s: float  # fixed cost of every task beyond its kernels (the runtime's per-task bookkeeping)
+    blocking_send: bool  # a stage waits for its outgoing message to be received (gloo on CPU); else it overlaps
 
     @property
     def effective_flops(self) -> float:
@@ -64,7 +68,7 @@ class Hardware:
 
 _INTS = {"gpus_per_host", "hosts"}
 _FRACTIONS = {"compute_efficiency"}
-_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency"}
+_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s"}
 
 
 def hardware_names() -> list[str]:
@@ -104,6 +108,10 @@ def parse_hardware(data: Any, where: str) -> Hardware:
 
 
 def _check(where: str, key: str, value: Any) -> Any:
+    if key == "blocking_send":
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: key 'blocking_send' must be true or false, got {value!r}")
+        return value
     if key == "name":
         if not isinstance(value, str) or not value:
             raise UsageError(f"{where}: key 'name' must be a non-empty string, got {value!r}")
