@@ -38,6 +38,37 @@ class OptimizerConfig:
 
 
 @dataclass(frozen=True)
+class CacheConfig:
+    enabled: bool = _doc(
+        "context manager: the stage's layers live in host memory and a byte-bounded device cache holds the "
+        "ones in use, fetched ahead by the predictor (systems csp, csp-no-scheduler, csp-no-predictor)",
+        default=False,
+    )
+    budget: str = _doc(
+        "device cache size per stage: bytes (e.g. 1048576), or 'Kx' for K times one subnet's share of the "
+        "stage (its largest candidate per position, with gradients and optimizer state)",
+        default="3x",
+    )
+    horizon: int = _doc("tasks the predictor looks ahead for prefetching; 0: fetch on demand", default=8)
+
+    def budget_bytes(self, subnet_share: int) -> int:
+        """The budget in bytes, given one subnet's share of the stage in bytes."""
+        text = self.budget.strip().lower()
+        if text.endswith("x"):
+            return max(1, int(float(text[:-1]) * subnet_share))
+        return int(text)
+
+
+def cache_budget_ok(budget: str) -> bool:
+    text = budget.strip().lower()
+    try:
+        value = float(text[:-1]) if text.endswith("x") else int(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0
+
+
+@dataclass(frozen=True)
 class Config:
     seed: int = _doc("seeds parameters, batches, dropout and the subnet stream", default=0)
     system: str = _doc("scheduling policy: sequential, csp, ... (see --system)", default="csp")
@@ -51,6 +82,7 @@ class Config:
         "shared (non-choice) layers: frozen at init, or causal (trained by every subnet)", default="frozen"
     )
     optimizer: OptimizerConfig = _doc("optimizer settings", default_factory=OptimizerConfig)
+    cache: CacheConfig = _doc("device cache of layers (the context manager)", default_factory=CacheConfig)
     recompute: bool = _doc("activation recomputation (checkpointing) in the backward", default=True)
     max_inflight: int = _doc("subnets in the pipeline at once; 0 means 2 x stages", default=0)
     bulk_size: int = _doc("subnets per BSP bulk (gpipe, vpipe); 0 means stages", default=0)
@@ -228,6 +260,9 @@ def _scalar(hint: Any, value: Any, key: str) -> Any:
     raise UsageError(f"config key {key!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
+CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor")
+
+
 def _check_ranges(config: Config) -> None:
     """Every value in its range before anything runs, so a bad one is one line, not a stage traceback."""
     o = config.optimizer
@@ -247,6 +282,12 @@ def _check_ranges(config: Config) -> None:
         ("optimizer.betas", all(_finite(b) and 0 <= b < 1 for b in o.betas), "must be two numbers in [0, 1)"),
         ("optimizer.eps", _finite(o.eps) and o.eps > 0, "must be a finite number > 0"),
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
+        ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
+        ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
+        ("cache.enabled", not config.cache.enabled or config.recompute,
+         "needs recompute=true (without it every in-flight subnet's layers stay pinned by its saved activations)"),
+        ("cache.enabled", not config.cache.enabled or config.system in CACHE_SYSTEMS,
+         f"needs system {' or '.join(CACHE_SYSTEMS)}"),
     ]
     for key, ok, why in checks:
         if not ok:

@@ -90,6 +90,11 @@ CASES = [
          "checkpoint_every (3)"),
     Case("too-many-stages", train("--stages", "100"), "--stages 100"),
     Case("partition-costs", train("--set", "partition_costs=/nonexistent/costs.csv"), "/nonexistent/costs.csv"),
+    Case("cache-budget", train("--set", "cache.budget=lots"), "'cache.budget': 'lots'"),
+    Case("cache-budget-0", train("--set", "cache.budget=0x"), "'cache.budget': '0x'"),
+    Case("cache-horizon<0", train("--set", "cache.horizon=-1"), "'cache.horizon': -1"),
+    Case("cache-system", train("--system", "gpipe", "--set", "cache.enabled=true"), "needs system csp"),
+    Case("cache-recompute", train("--set", "cache.enabled=true", "--set", "recompute=false"), "needs recompute=true"),
     # -- train: space options ----------------------------------------------------------------------
     Case("space", train("--space", "nosuch"), "'nosuch'"),
     Case("space-option", train("--set", "space.nosuch=1"), "'nosuch'"),

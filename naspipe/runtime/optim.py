@@ -41,6 +41,10 @@ class LayerOptimizers:
             self._optimizers[layer] = optimizer
         return self._optimizers[layer]
 
+    def peek(self, layer: int) -> torch.optim.Optimizer | None:
+        """The layer's optimizer if it exists (never creates one)."""
+        return self._optimizers.get(layer)
+
     def step(self, layer: int) -> None:
         """Apply the layer's gradient, then drop it (so the next backward assigns, not adds)."""
         optimizer = self.get(layer)

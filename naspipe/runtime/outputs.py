@@ -155,9 +155,25 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
         "exec_s": sum(busy) / max(trained, 1),
         "seconds_per_stage": [{c: r.seconds.get(c, 0.0) for c in CATEGORIES} for r in reports],
         **{key: sum(r.extra.get(key, 0.0) for r in reports) for key in ("swap_bytes", "swap_wait_s", "swap_fetches")},
+        **_cache_metrics(reports),
         "recompute_effective": all(r.extra.get("recompute", float(config.recompute)) for r in reports),
         "stage_extra": [r.extra for r in reports],
         "config": config.to_dict(),
+    }
+
+
+def _cache_metrics(reports: list[StageReport]) -> dict[str, Any]:
+    """The context manager's figures over all stages (absent when no stage ran one)."""
+    extras = [r.extra for r in reports if "cache_uses" in r.extra]
+    if not extras:
+        return {}
+    uses = sum(e["cache_uses"] for e in extras)
+    hits = sum(e["cache_hit_rate"] * e["cache_uses"] for e in extras)
+    return {
+        "cache_hit_rate": hits / uses if uses else 1.0,
+        **{key: sum(e[key] for e in extras) for key in ("swap_in_bytes", "swap_out_bytes", "copy_wait_s")},
+        "peak_device_bytes": max(e["peak_device_bytes"] for e in extras),
+        "cache_budget_bytes": max(e["cache_budget_bytes"] for e in extras),
     }
 
 

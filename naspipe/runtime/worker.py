@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 
+from naspipe.context import CacheCapacityError
 from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime.context import ContextManager, layer_bytes, subnet_share
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
@@ -31,6 +33,7 @@ from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, StagePolicy, Task, make_policy
+from naspipe.scheduling.predictor import layer_uses, predict, task_layers
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class StageWorker:
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         start = ckpt.restore(resume, self.layers, self.optimizers) if resume is not None else 0
         self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
+        self.context = self._make_context() if config.cache.enabled else None
+        self._held: dict[int, tuple[list[int], list[int]]] = {}  # subnet -> (layers kept until its update, dirty)
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
                                       self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
@@ -97,18 +102,35 @@ class StageWorker:
         report = self.recorder.report(self._layer_hashes(), self._extra())  # its span leaves the final save out
         if self.job.config.final_checkpoint:
             self._checkpoint(self.steps, lengths)
+        if self.context is not None:
+            self.context.close()
         return report
+
+    def _make_context(self) -> ContextManager:
+        """The device cache: its budget in bytes, or in multiples of one subnet's share of this stage."""
+        config, structure = self.job.config, self.job.space.structure
+        sizes = {lid: layer_bytes(module, config.optimizer) for lid, module in self.layers.items()}
+        share = subnet_share(sizes, structure.block_of)
+        budget = config.cache.budget_bytes(share)
+        if budget < share:  # some subnet's task may not fit: refuse at start, not at that task
+            big = max(sizes, key=lambda lid: sizes[lid])
+            raise CacheCapacityError(
+                f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {self.stage} "
+                f"({share} bytes; largest: layer {big}, {sizes[big]} bytes)")
+        return ContextManager(self.layers, self.optimizers, self.device, budget, sizes)
 
     def _extra(self) -> dict[str, float]:
         """Per-stage metrics beyond the recorder's (metrics.json ``stage_extra``)."""
         no_swap = {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
         swap = self.swapper.stats() if self.swapper is not None else no_swap
-        return {"recompute": float(self.recompute), **swap, **_memory()}
+        cache = self.context.stats() if self.context is not None else {}
+        return {"recompute": float(self.recompute), **swap, **cache, **_memory()}
 
     def _announce_end(self, done: int) -> None:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
         every = self.job.config.checkpoint_every
-        self.policy.stream_ends_at(min(self.steps, (done // every + 1) * every) if every else self.steps)
+        self._end = min(self.steps, (done // every + 1) * every) if every else self.steps
+        self.policy.stream_ends_at(self._end)
 
     def _admit(self) -> None:
         policy, every = self.policy, self.job.config.checkpoint_every
@@ -151,6 +173,7 @@ class StageWorker:
         if task.kind is Kind.UPDATE:
             layers = self.job.plan.trainable_layers(y, self.stage)
         self._swap(task, layers, fetch=True)
+        self._cache_in(task)
         start = self.recorder.now()
         if task.kind is Kind.FORWARD:
             self._forward(y, layers)
@@ -161,6 +184,7 @@ class StageWorker:
             self._sync()
             self.recorder.span("optimizer", f"U{y}", start, self.recorder.now(), y)
         self._swap(task, layers, fetch=False)
+        self._cache_out(task)
         self.recorder.tasks += 1
         self.policy.completed(task)
         if task.kind is Kind.FORWARD and self.is_last:
@@ -229,6 +253,42 @@ class StageWorker:
         self.recorder.span("waiting", f"swap-{'in' if fetch else 'out'} {task.kind.value}{task.subnet}",
                            start, self.recorder.now(), task.subnet)
 
+    def _cache_in(self, task: Task) -> None:
+        """Context manager: fetch what the task misses, prefetch what the predictor says comes next."""
+        if self.context is None:
+            return
+        horizon = self.job.config.cache.horizon if self.policy.predictor else 0
+        upcoming = layer_uses(self.job.plan, predict(self.policy, horizon, self._end, running=task))
+        start = self.recorder.now()
+        waited = self.context.copy_wait_s
+        self.context.begin(task_layers(self.job.plan, task), upcoming)
+        if self.context.copy_wait_s > waited:
+            self.recorder.span("waiting", f"copy-wait {task.kind.value}{task.subnet}", start, self.recorder.now(),
+                               task.subnet)
+
+    def _cache_out(self, task: Task) -> None:
+        """Unpin the task's layers, except what the subnet's update still needs (gradients, and without
+        recomputation the forward's saved tensors); after the update they are dirty."""
+        if self.context is None:
+            return
+        layers = list(task_layers(self.job.plan, task))
+        if task.kind is Kind.UPDATE:
+            self.context.after_update(layers)
+            self.context.end(layers, dirty=layers)
+            held, held_dirty = self._held.pop(task.subnet, ([], []))
+            self.context.end(held, dirty=held_dirty)
+            return
+        if task.kind is Kind.BACKWARD:
+            self.context.note_gradients(layers)
+        dirty = [x for x in layers if task.kind is Kind.FORWARD and self._has_buffers(x)]
+        if (task.kind is Kind.BACKWARD or not self.recompute) and task.subnet not in self._held:
+            self._held[task.subnet] = (layers, dirty)
+            return
+        self.context.end(layers, dirty=dirty)
+
+    def _has_buffers(self, layer: int) -> bool:
+        return any(True for _ in self.layers[layer].buffers())
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -244,6 +304,8 @@ class StageWorker:
     def _checkpoint(self, step: int, log_lengths: dict[str, int]) -> None:
         """Every stage saves its layers; after a barrier stage 0 hashes them all into the manifest."""
         directory = ckpt.step_dir(self.run_dir, step)
+        if self.context is not None:
+            self.context.sync()
         layers = {lid: self._state(lid) for lid in sorted(self.layers)}
         ckpt.save_stage(directory, self.stage, layers, self.optimizers.state_dicts(), log_lengths)
         self.barrier()
@@ -260,10 +322,14 @@ class StageWorker:
         self.transport.close()
 
     def _layer_hashes(self) -> dict[int, str]:
+        if self.context is not None:
+            self.context.sync()
         return {layer: tensor_digest(self._state(layer)) for layer in sorted(self.layers)}
 
     def _state(self, layer: int) -> dict[str, torch.Tensor]:
         """A layer's current tensors: the module's, or with swapping the host copies."""
+        if self.context is not None:
+            return self.context.host_state(layer)
         return self.swapper.host_state(layer) if self.swapper is not None else self.layers[layer].state_dict()
 
 

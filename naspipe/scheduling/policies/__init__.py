@@ -5,6 +5,7 @@ from __future__ import annotations
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
 from naspipe.scheduling.policies.csp import CSP
+from naspipe.scheduling.policies.csp_no_predictor import CSPNoPredictor
 from naspipe.scheduling.policies.csp_no_scheduler import CSPNoScheduler
 from naspipe.scheduling.policies.gpipe import GPipe
 from naspipe.scheduling.policies.pipedream import PipeDream
@@ -12,7 +13,7 @@ from naspipe.scheduling.policies.sequential import Sequential
 from naspipe.scheduling.policies.vpipe import VPipe
 
 POLICIES: dict[str, type[StagePolicy]] = {
-    cls.name: cls for cls in (Sequential, CSP, GPipe, PipeDream, VPipe, CSPNoScheduler)
+    cls.name: cls for cls in (Sequential, CSP, GPipe, PipeDream, VPipe, CSPNoScheduler, CSPNoPredictor)
 }
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 

@@ -17,6 +17,7 @@ has not reached this stage yet (later subnets can overtake earlier ones).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,6 +52,7 @@ class StagePolicy(ABC):
     recompute: ClassVar[bool | None] = None  # None: as configured; True/False: forced
     swap_parameters: ClassVar[bool] = False  # layers live in host memory, fetched per task
     bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
+    predictor: ClassVar[bool] = True  # with the device cache on: prefetch the predicted next tasks' layers
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         self.stage = stage
@@ -61,13 +63,16 @@ class StagePolicy(ABC):
         self._registered = 0  # subnets [0, _registered) are registered here
         self.admitted = 0  # stage 0: subnets [0, admitted) have entered the pipeline
         self.finished = 0  # subnets whose last task on this stage is done
+        self._arrived_below = 0  # every forward with a lower id has arrived here (for the predictor)
+        self._arrived_ahead: set[int] = set()  # forwards at or above it that overtook earlier ones
+        self._awaiting_backward: dict[int, None] = {}  # forwards done here, gradient not back yet, in order
 
     def resume_at(self, start: int) -> None:
         """Continue a run whose subnets ``< start`` are finished (from a checkpoint)."""
         if self._registered or self.admitted or self.finished:
             raise RuntimeError("resume_at must be called before any event")
         self._registered = self.finished = start
-        self.admitted = start
+        self.admitted = self._arrived_below = start
 
     def stream_ends_at(self, total: int) -> None:  # noqa: B027 - optional hook
         """Subnets ``>= total`` never come (the run's end or the next drain point).
@@ -84,15 +89,36 @@ class StagePolicy(ABC):
 
     def forward_arrived(self, subnet: int) -> None:
         self._register_through(subnet)
+        self._note_arrival(subnet)
         self._on_forward(subnet)
 
     def backward_arrived(self, subnet: int) -> None:
+        self._awaiting_backward.pop(subnet, None)
         self._on_backward(subnet)
 
     def completed(self, task: Task) -> None:
+        if task.kind is Kind.FORWARD and not self.is_last:
+            self._awaiting_backward[task.subnet] = None
         self._on_completed(task)
         if task.kind is self.final_kind:
             self.finished += 1
+
+    def pending_arrivals(self, end: int) -> Iterator[int]:
+        """Forwards below ``end`` that have not reached this stage yet, in id order (the predictor's future)."""
+        return (y for y in range(self._arrived_below, end) if y not in self._arrived_ahead)
+
+    def awaiting_backward(self) -> list[int]:
+        """Subnets whose forward ran here and whose gradient has not come back, in forward order."""
+        return list(self._awaiting_backward)
+
+    def _note_arrival(self, subnet: int) -> None:
+        if subnet != self._arrived_below:
+            self._arrived_ahead.add(subnet)
+            return
+        self._arrived_below += 1
+        while self._arrived_below in self._arrived_ahead:
+            self._arrived_ahead.remove(self._arrived_below)
+            self._arrived_below += 1
 
     # -- decisions ----------------------------------------------------------
     @property

@@ -1,0 +1,229 @@
+"""A byte-bounded device cache of layers: the decisions, without the copies.
+
+Public API (stable; the runtime and the simulator both drive it):
+
+- ``DeviceCache(budget, sizes, resident=())``: ``sizes[layer]`` is the bytes the layer takes
+  on the device (parameters + gradients + optimizer state: they move together).
+- ``acquire(layers, upcoming=()) -> list[Move]``: a task starts. Counts each distinct layer as
+  a hit if it is resident (arrived) now, else a miss; pins the layers; returns the moves to
+  make room and fetch the missing ones. Layers already in flight get no move: wait for them.
+- ``release(layers, dirty=False)``: the task is done; ``dirty`` marks its layers changed on
+  the device (an update), so evicting them writes back first.
+- ``prefetch(upcoming) -> list[Move]``: copies to start now for the predicted future.
+- ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
+  layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
+- ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
+  free ``nbytes``, or None when impossible.
+- ``flush() -> list[Move]``: write back every dirty layer (a drain point); they stay resident.
+- ``stats``: :class:`CacheStats` (uses, hits, hit_rate, late: misses already in flight,
+  swap_in/out bytes, peak bytes).
+
+``upcoming`` is the layer lists of the next tasks, in order (from
+:func:`naspipe.scheduling.predictor.layer_uses`). A :class:`Move` is ``in`` (host to
+device), ``out`` (dirty: write back, then free) or ``drop`` (clean: free, no copy);
+moves are listed evictions first, so performing them in order never exceeds the budget.
+
+Eviction rule: among unpinned resident layers, the one whose next use in ``upcoming`` is
+furthest (never used: infinitely far), ties broken least recently used. With a predicted
+``upcoming`` this is the online policy; with the stage's true future it is Belady's
+optimum; with none (on-demand, horizon 0) it is LRU. A prefetch never evicts a layer that
+is needed no later than the one it fetches, and stops at the first layer it cannot place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from naspipe.errors import UsageError
+
+Direction = Literal["in", "out", "drop"]
+Upcoming = Sequence[Sequence[int]]
+_NEVER = 1 << 62
+
+
+class CacheCapacityError(UsageError):
+    """A task's layers can never fit the device cache (the budget is the user's setting)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    layer: int
+    nbytes: int
+    direction: Direction
+
+
+@dataclass
+class CacheStats:
+    uses: int = 0
+    hits: int = 0
+    late: int = 0  # misses whose copy was already on its way (prefetched, not landed)
+    swap_in_bytes: int = 0
+    swap_out_bytes: int = 0
+    peak_bytes: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.uses if self.uses else 1.0
+
+
+class DeviceCache:
+    def __init__(self, budget: int, sizes: Mapping[int, int], resident: Iterable[int] = ()) -> None:
+        if budget <= 0:
+            raise ValueError(f"cache budget must be positive, got {budget} bytes")
+        self.budget = budget
+        self.sizes = dict(sizes)
+        self.stats = CacheStats()
+        self._resident: set[int] = set()  # on the device (arrived) or in flight
+        self._in_flight: set[int] = set()
+        self._pins: dict[int, int] = {}
+        self._dirty: set[int] = set()
+        self._last_use: dict[int, int] = {}
+        self._tick = 0
+        self.used = 0
+        for layer in resident:
+            self._add(layer)
+            self._in_flight.discard(layer)
+
+    # -- queries ------------------------------------------------------------
+    def is_resident(self, layer: int) -> bool:
+        """On the device and arrived (in-flight layers are not resident yet)."""
+        return layer in self._resident and layer not in self._in_flight
+
+    def holds(self, layer: int) -> bool:
+        """On the device or on its way."""
+        return layer in self._resident
+
+    def is_dirty(self, layer: int) -> bool:
+        return layer in self._dirty
+
+    @property
+    def resident(self) -> frozenset[int]:
+        return frozenset(self._resident)
+
+    @property
+    def free(self) -> int:
+        return self.budget - self.used
+
+    # -- events -------------------------------------------------------------
+    def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
+        wanted = list(dict.fromkeys(layers))
+        self._check_fits(wanted)
+        self._tick += 1
+        moves: list[Move] = []
+        for layer in wanted:
+            self.stats.uses += 1
+            self.stats.hits += self.is_resident(layer)
+            self.stats.late += layer in self._in_flight
+            self._pins[layer] = self._pins.get(layer, 0) + 1
+            self._last_use[layer] = self._tick
+        for layer in wanted:
+            if layer not in self._resident:
+                moves += self._place(layer, upcoming, before=None)
+        return moves
+
+    def release(self, layers: Iterable[int], dirty: bool = False) -> None:
+        for layer in dict.fromkeys(layers):
+            count = self._pins.get(layer, 0)
+            if count <= 0:
+                raise RuntimeError(f"layer {layer} released but not acquired")
+            if count == 1:
+                del self._pins[layer]
+            else:
+                self._pins[layer] = count - 1
+            if dirty:
+                self._dirty.add(layer)
+
+    def arrived(self, layer: int) -> None:
+        self._in_flight.discard(layer)
+
+    def prefetch(self, upcoming: Upcoming) -> list[Move]:
+        moves: list[Move] = []
+        for position, layers in enumerate(upcoming):
+            for layer in layers:
+                if layer in self._resident:
+                    continue
+                if self.sizes[layer] > self.budget:
+                    return moves
+                placed = self._place(layer, upcoming, before=position)
+                if not placed:
+                    return moves
+                moves += placed
+        return moves
+
+    def flush(self) -> list[Move]:
+        moves = [Move(layer, self.sizes[layer], "out") for layer in sorted(self._dirty)]
+        self.stats.swap_out_bytes += sum(m.nbytes for m in moves)
+        self._dirty.clear()
+        return moves
+
+    def choose_victims(self, nbytes: int, upcoming: Upcoming, before: int | None = None) -> list[int] | None:
+        """Evictions freeing ``nbytes``; with ``before``, only layers not needed up to that task."""
+        need = nbytes - self.free
+        if need <= 0:
+            return []
+        next_use = _next_uses(upcoming)
+        limit = -1 if before is None else before
+        candidates = [
+            layer for layer in self._resident
+            if layer not in self._pins and layer not in self._in_flight and next_use.get(layer, _NEVER) > limit
+        ]
+        candidates.sort(key=lambda layer: (-next_use.get(layer, _NEVER), self._last_use.get(layer, 0), layer))
+        victims: list[int] = []
+        for layer in candidates:
+            if need <= 0:
+                break
+            victims.append(layer)
+            need -= self.sizes[layer]
+        return victims if need <= 0 else None
+
+    # -- internals ----------------------------------------------------------
+    def _place(self, layer: int, upcoming: Upcoming, before: int | None) -> list[Move]:
+        size = self.sizes[layer]
+        victims = self.choose_victims(size, upcoming, before)
+        if victims is None:
+            if before is not None:
+                return []
+            pinned = sum(self.sizes[x] for x in self._pins if x in self._resident)
+            raise CacheCapacityError(
+                f"layer {layer} ({size} bytes) does not fit the device cache budget of {self.budget} bytes "
+                f"({pinned} bytes are pinned by running tasks)"
+            )
+        moves = [self._evict(victim) for victim in victims]
+        self._add(layer)
+        self.stats.swap_in_bytes += size
+        return [*moves, Move(layer, size, "in")]
+
+    def _add(self, layer: int) -> None:
+        self._resident.add(layer)
+        self._in_flight.add(layer)
+        self.used += self.sizes[layer]
+        self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
+
+    def _evict(self, layer: int) -> Move:
+        self._resident.discard(layer)
+        self.used -= self.sizes[layer]
+        if layer in self._dirty:
+            self._dirty.discard(layer)
+            self.stats.swap_out_bytes += self.sizes[layer]
+            return Move(layer, self.sizes[layer], "out")
+        return Move(layer, self.sizes[layer], "drop")
+
+    def _check_fits(self, layers: Sequence[int]) -> None:
+        total = sum(self.sizes[layer] for layer in layers)
+        if total <= self.budget:
+            return
+        largest = max(layers, key=lambda layer: self.sizes[layer])
+        raise CacheCapacityError(
+            f"a task's layers need {total} bytes but the device cache budget is {self.budget} bytes "
+            f"(largest: layer {largest}, {self.sizes[largest]} bytes)"
+        )
+
+
+def _next_uses(upcoming: Upcoming) -> dict[int, int]:
+    first: dict[int, int] = {}
+    for position, layers in enumerate(upcoming):
+        for layer in layers:
+            first.setdefault(layer, position)
+    return first
