@@ -207,7 +207,8 @@ class ContextManager:
     def stats(self) -> dict[str, float]:
         s = self.cache.stats
         peak = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else self.arena.peak
-        return {"cache_hit_rate": s.hit_rate, "cache_uses": float(s.uses), "cache_late": float(s.late), "swap_in_bytes": float(s.swap_in_bytes),
+        return {"cache_hit_rate": s.hit_rate, "cache_uses": float(s.uses), "cache_late": float(s.late),
+                "swap_in_bytes": float(s.swap_in_bytes),
                 "swap_out_bytes": float(s.swap_out_bytes), "copy_wait_s": self.copy_wait_s,
                 "peak_device_bytes": float(peak), "cache_budget_bytes": float(self.cache.budget)}
 
