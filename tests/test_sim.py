@@ -179,3 +179,21 @@ def test_batch_max_runs_at_the_largest_batch_that_fits():
     assert at_max["batch_size"] == at_config["max_batch"] > 8
     assert at_max["throughput_samples_s"] > at_config["throughput_samples_s"]
     assert at_max["device_bytes"] <= HW.usable_device_memory
+
+
+def test_context_cache_prefetching_beats_fetching_on_demand():
+    """csp with cache.enabled drives issue 9's DeviceCache and predictor; copies overlap compute."""
+    from dataclasses import replace
+
+    from naspipe.config import CacheConfig
+
+    plan = make_plan(3, blocks=9, candidates=3)
+    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    base = SimSetup(plan, "csp", 40, PolicyOptions(max_inflight=3, bulk_size=3), costs, True,
+                    cache=CacheConfig(enabled=True, budget="1.5x", horizon=8))
+    predicted, _ = simulate_run(base)
+    on_demand, _ = simulate_run(replace(base, cache=CacheConfig(enabled=True, budget="1.5x", horizon=0)))
+    resident, _ = simulate_run(replace(base, cache=None))
+    assert 0 < on_demand["cache_hit_rate"] < predicted["cache_hit_rate"] <= 1
+    assert predicted["swap_bytes"] > 0 and resident["swap_bytes"] == 0 and resident["cache_hit_rate"] == 1
+    assert predicted["host_bytes"] > 0 and predicted["device_bytes"] < resident["device_bytes"]

@@ -108,7 +108,8 @@ def build_setup(config: Config, hardware: Hardware, costs_spec: str) -> SimSetup
     batch = int(job.space.options.get("batch_size", 1))
     costs = make_costs(costs_spec, job.space.structure, infos, hardware, batch, config.optimizer.name)
     trace_cap = min(config.trace_max_events, 200_000)
-    return SimSetup(job.plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap)
+    return SimSetup(job.plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
+                    cache=config.cache)
 
 
 def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, batch: int,

@@ -63,7 +63,7 @@ class SimResult:
         return max((s.end for s in self.stages), default=0.0)
 
 
-ResidencyFactory = Callable[[int], Residency]
+ResidencyFactory = Callable[[int, StagePolicy], Residency]
 
 
 def simulate(
@@ -81,7 +81,7 @@ def simulate(
     policies = [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
     for policy in policies:
         policy.stream_ends_at(num_subnets)
-    copies = [residency(k) if residency else Resident() for k in range(plan.num_stages)]
+    copies = [residency(k, policies[k]) if residency else Resident() for k in range(plan.num_stages)]
     engine = _Engine(plan, policies, num_subnets, costs, recompute, copies, record_order, trace_max_events)
     return engine.run()
 

@@ -7,8 +7,9 @@ the device's usable memory. What is resident follows each system's policy class 
 - gpipe, pipedream, sequential: the stage's whole slice of the supernet (every candidate)
   with its optimizer state, plus the stashed gradients of the subnets in flight;
   pipedream also stashes one weight version per subnet in flight (``D - k`` on stage k).
-- csp: NASPipe's context cache holds the layers of ``cache_subnets`` subnets (parameters,
-  gradients and optimizer state move together); the supernet lives in host memory.
+- csp with ``cache.enabled`` (NASPipe's context manager): the device cache's budget (the
+  runtime's ``cache.budget``: parameters, gradients and optimizer state move together); the
+  supernet lives in host memory. Without the cache csp keeps its slice like gpipe.
 - vpipe: only the running task's layers (swapped synchronously); the supernet on the host.
 
 Activations: with recomputation a subnet in flight keeps only its stage input, and one
@@ -25,8 +26,6 @@ from naspipe.profile.costs import position_layer_ids
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.sim.costs import FLOAT_BYTES, CostModel
 from naspipe.space.structure import SpaceStructure
-
-CACHE_SUBNETS = 3  # the context cache's default budget, in subnets' stage shares
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,9 @@ class MemoryReport:
     per_stage: tuple[StageMemory, ...]
 
 
-def memory_report(plan: PipelinePlan, system: str, costs: CostModel, inflight: int, recompute: bool) -> MemoryReport:
+def memory_report(plan: PipelinePlan, system: str, costs: CostModel, inflight: int, recompute: bool,
+                  cache_budgets: list[int] | None = None) -> MemoryReport:
+    """``cache_budgets``: per stage, the context cache's bytes (csp with ``cache.enabled``)."""
     structure, hw = plan.structure, costs.hardware
     states = costs.optimizer_states
     stages = []
@@ -58,15 +59,15 @@ def memory_report(plan: PipelinePlan, system: str, costs: CostModel, inflight: i
         acts = sum(_mean(costs.info[lid].act_bytes for lid in _layers_at(structure, p)) for p in positions)
         stage_input = costs.info[_layers_at(structure, positions.start - 1)[0]].out_bytes if positions.start else 0.0
         in_flight = plan.num_stages - k if system == "pipedream" else (1 if system == "sequential" else inflight)
-        if system in ("csp", "csp-no-scheduler"):
-            fixed = min(CACHE_SUBNETS, in_flight) * share * (2 + states)
+        if cache_budgets is not None:
+            fixed = float(cache_budgets[k])
         elif system == "vpipe":
             fixed = share * (2 + states)
         else:
             fixed = slice_bytes * (1 + states) + in_flight * share
             if system == "pipedream":
                 fixed += in_flight * share  # weight stash
-        if system in ("csp", "csp-no-scheduler", "vpipe"):
+        if cache_budgets is not None or system == "vpipe":
             host[hw.host_of(k)] = host.get(hw.host_of(k), 0.0) + slice_bytes * (2 + states)
         keeps_all = system == "pipedream" or not recompute
         per_sample = in_flight * (acts if keeps_all else stage_input) + (0.0 if keeps_all else acts)
@@ -90,4 +91,4 @@ def _mean(values: Iterable[float]) -> float:
     return sum(items) / len(items) if items else 0.0
 
 
-__all__ = ["CACHE_SUBNETS", "FLOAT_BYTES", "MemoryReport", "StageMemory", "memory_report"]
+__all__ = ["FLOAT_BYTES", "MemoryReport", "StageMemory", "memory_report"]

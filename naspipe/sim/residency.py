@@ -6,13 +6,13 @@ engine per stage (a queue of host-device copies that runs alongside compute), an
 hits, misses and bytes. Two implementations follow the runtime's policies:
 
 - :class:`Resident`: the stage's whole slice stays on the device (gpipe, pipedream,
-  sequential), no copies. Also stands in for csp's context cache when no cache model is
-  plugged in: a cache large enough that every use hits.
+  sequential, and csp without the cache, as in the runtime), no copies.
+- :class:`ContextCache`: NASPipe's context manager (``cache.enabled``): the byte-bounded
+  device cache and the predictor of issue 9, the very objects the runtime drives, with
+  simulated copies on the copy engine.
 - :class:`SynchronousSwap`: VPipe (``swap_parameters``): a task's layers are fetched on
   demand right before it runs and written back around the update, the stage waiting on
   each copy, as :mod:`naspipe.scheduling.policies.vpipe` documents.
-
-The context manager's cache (issue 9) plugs in here: any object with these methods.
 """
 
 from __future__ import annotations
@@ -20,8 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from naspipe.context.cache import DeviceCache, Move
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.predictor import layer_uses, predict
 from naspipe.scheduling.task import Kind, Task
 from naspipe.sim.costs import CostModel
+from naspipe.space.structure import SpaceStructure
 
 
 @dataclass
@@ -39,7 +44,9 @@ class CopyStats:
 
 
 class Residency(Protocol):
-    stats: CopyStats
+    @property
+    def stats(self) -> CopyStats:
+        """Hits, misses, bytes copied and seconds waited so far."""
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         """When ``task``'s parameters are on the device (>= ``now``)."""
@@ -92,3 +99,84 @@ class SynchronousSwap:
         seconds = 0.0 if self.costs.free_io else self.costs.hardware.copy_s(nbytes)
         self.stats.wait_s += seconds
         return now + seconds
+
+
+class ContextCache:
+    """NASPipe's context manager (csp with ``cache.enabled``): issue 9's cache and predictor, copies simulated.
+
+    The decisions are :class:`naspipe.context.cache.DeviceCache`'s and
+    :func:`naspipe.scheduling.predictor.predict`'s, called exactly as the runtime's worker
+    calls them (``_cache_in``: predict the next ``horizon`` tasks of the live policy, acquire
+    the task's layers, prefetch the predicted ones; release after, dirty after an update).
+    Only the copies are simulated: each move runs on the stage's copy engine, one at a time,
+    for ``bytes / host_device_bandwidth``; a prefetched layer counts as resident once its
+    copy has landed, and a task waits for the copies of its own layers.
+    """
+
+    def __init__(self, policy: StagePolicy, plan: PipelinePlan, costs: CostModel, budget: int,
+                 sizes: dict[int, int], horizon: int, end: int) -> None:
+        self.cache = DeviceCache(budget, sizes)
+        self.policy, self.plan, self.costs = policy, plan, costs
+        self.horizon = horizon if policy.predictor else 0
+        self.end = end
+        self.copy_free = 0.0
+        self.landing: dict[int, float] = {}  # layer -> when its copy lands
+        self.wait_s = 0.0
+
+    @property
+    def stats(self) -> CopyStats:
+        s = self.cache.stats
+        return CopyStats(s.hits, s.uses - s.hits, float(s.swap_in_bytes), float(s.swap_out_bytes), self.wait_s)
+
+    def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        self._land(now)
+        upcoming = layer_uses(self.plan, predict(self.policy, self.horizon, self.end, running=task))
+        self._perform(self.cache.acquire(layers, upcoming), now)
+        self._perform(self.cache.prefetch(upcoming), now)
+        ready = max([now, *(self.landing[lid] for lid in layers if lid in self.landing)])
+        for lid in layers:
+            if lid in self.landing:
+                del self.landing[lid]
+                self.cache.arrived(lid)
+        self.wait_s += ready - now
+        return ready
+
+    def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        self.cache.release(layers, dirty=task.kind is Kind.UPDATE)
+        return now
+
+    def _land(self, now: float) -> None:
+        for lid in [lid for lid, t in self.landing.items() if t <= now]:
+            del self.landing[lid]
+            self.cache.arrived(lid)
+
+    def _perform(self, moves: list[Move], now: float) -> None:
+        for move in moves:
+            if move.direction == "drop":
+                continue
+            start = max(now, self.copy_free)
+            self.copy_free = start + (0.0 if self.costs.free_io else self.costs.hardware.copy_s(move.nbytes))
+            if move.direction == "in":
+                self.landing[move.layer] = self.copy_free
+
+
+def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
+    """Device bytes of each layer when resident: parameters, and for trainable ones gradients and optimizer state.
+
+    As the runtime's :func:`naspipe.runtime.context.layer_bytes`, from shapes (buffers left out).
+    """
+    sizes = {}
+    for lid in range(structure.num_layers):
+        per_param = 2 + costs.optimizer_states if structure.is_trainable(lid) else 1
+        sizes[lid] = max(1, int(costs.param_bytes(lid)) * per_param)
+    return sizes
+
+
+def stage_share(sizes: dict[int, int], structure: SpaceStructure, layers: list[int]) -> int:
+    """One subnet's largest share of a stage: its largest candidate per block (the runtime's ``subnet_share``)."""
+    largest: dict[tuple[str, int], int] = {}
+    for lid in layers:
+        block = structure.block_of(lid)
+        key = ("layer", lid) if block is None else ("block", block)
+        largest[key] = max(largest.get(key, 0), sizes[lid])
+    return sum(largest.values())

@@ -11,13 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from naspipe.config import CACHE_SYSTEMS, CacheConfig
+from naspipe.errors import UsageError
+from naspipe.profile.costs import position_layer_ids
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.sim.bound import longest_path, lower_bound
 from naspipe.sim.costs import CostModel, at_batch
-from naspipe.sim.engine import CATEGORIES, SimResult, simulate
+from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import memory_report
-from naspipe.sim.residency import Residency, Resident, SynchronousSwap
+from naspipe.sim.residency import (
+    ContextCache,
+    Residency,
+    Resident,
+    SynchronousSwap,
+    cache_sizes,
+    stage_share,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,7 @@ class SimSetup:
     recompute: bool  # as configured; a policy that forces it (pipedream) wins
     trace_max_events: int = 0
     batch: int | str = "config"  # "config": the space's batch_size; "max": the largest that fits; or a number
+    cache: CacheConfig | None = None  # the context manager's settings (``cache.*`` config keys)
 
 
 def effective_recompute(system: str, configured: bool) -> bool:
@@ -37,26 +48,55 @@ def effective_recompute(system: str, configured: bool) -> bool:
     return configured if forced is None else bool(forced)
 
 
-def residency_for(setup: SimSetup) -> Any:
-    """The copy model of each stage: VPipe's synchronous swap, else resident parameters."""
+def uses_cache(setup: SimSetup) -> bool:
+    return setup.cache is not None and setup.cache.enabled and setup.system in CACHE_SYSTEMS
+
+
+def cache_budgets(setup: SimSetup) -> list[int]:
+    """Each stage's device cache in bytes, as the runtime's worker sizes it."""
+    assert setup.cache is not None
+    plan, structure = setup.plan, setup.plan.structure
+    sizes = cache_sizes(setup.costs, structure)
+    budgets = []
+    for k in range(plan.num_stages):
+        layers = [lid for p in plan.partition.positions(k) for lid in position_layer_ids(structure, p)]
+        share = stage_share(sizes, structure, layers)
+        budget = setup.cache.budget_bytes(share)
+        if budget < share:
+            raise UsageError(f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {k} "
+                             f"({share} bytes)")
+        budgets.append(budget)
+    return budgets
+
+
+def residency_for(setup: SimSetup) -> ResidencyFactory:
+    """The copy model of each stage: the context cache, VPipe's synchronous swap, or resident parameters."""
+    structure = setup.plan.structure
+    if uses_cache(setup):
+        assert setup.cache is not None
+        sizes, budgets, horizon = cache_sizes(setup.costs, structure), cache_budgets(setup), setup.cache.horizon
+        return lambda stage, policy: ContextCache(policy, setup.plan, setup.costs, budgets[stage], sizes, horizon,
+                                                  setup.subnets)
     if POLICIES[setup.system].swap_parameters:
-        structure = setup.plan.structure
         trainable = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
-        return lambda stage: SynchronousSwap(setup.costs, trainable)
-    return lambda stage: Resident()
+        return lambda stage, policy: SynchronousSwap(setup.costs, trainable)
+    return lambda stage, policy: Resident()
 
 
 def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
     """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked)."""
     recompute = effective_recompute(setup.system, setup.recompute)
     if setup.batch != "config":
-        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute).max_batch
+        budgets = cache_budgets(setup) if uses_cache(setup) else None
+        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
+                            budgets).max_batch
         batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
                       residency_for(setup), trace_max_events=setup.trace_max_events)
     path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute)
-    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute)
+    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
+                           cache_budgets(setup) if uses_cache(setup) else None)
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
 
 
@@ -95,6 +135,7 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recom
         "simulated": True,
         "hardware": setup.costs.hardware.name,
         "costs": setup.costs.name,
+        "cache_enabled": uses_cache(setup),
         "batch_size": setup.costs.batch,
         "lower_bound_s": bound,
         "efficiency": bound / makespan,
