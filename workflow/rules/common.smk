@@ -173,6 +173,7 @@ def reproducibility_files():
 # -- simulate ------------------------------------------------------------
 
 SIMULATE = config.get("simulate") or {}
+CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor")
 
 
 def all_sims():
@@ -199,6 +200,8 @@ def simulate_args(wildcards):
         f"--costs {shlex.quote(str(SIMULATE.get('costs', 'analytic')))}",
         f"--batch {SIMULATE.get('batch', 'max')}",
     ]
+    if SIMULATE.get("cache", True) and wildcards.system in CACHE_SYSTEMS:
+        args.append("--set cache.enabled=true")  # NASPipe with its context manager, as in the paper
     return " ".join(args)
 
 
