@@ -143,7 +143,8 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recom
         "max_batch": memory.max_batch,
         "device_bytes": memory.device_bytes,
         "host_bytes": memory.host_bytes,
-        "fits": memory.device_bytes <= setup.costs.hardware.usable_device_memory,
+        "fits": memory.device_bytes <= setup.costs.hardware.usable_device_memory
+        and memory.host_bytes <= setup.costs.hardware.host_memory,
     }
 
 
