@@ -41,7 +41,9 @@ def test_simulated_sections_name_the_hardware_and_normalise_by_gpipe(sims):
 def test_simulated_sections_without_runs_say_so():
     empty = ReportInputs(runs=[])
     assert sim_table2.build(empty).frame.empty
-    assert "No simulated" in sim_fig5.build(empty).reading or "No simulated" in sim_fig7.build(empty).reading
+    fig5, fig7 = sim_fig5.build(empty), sim_fig7.build(empty)
+    assert "No simulated" in fig5.reading and "No simulated" in fig7.reading
+    assert fig5.png.startswith(b"\x89PNG") and fig7.png.startswith(b"\x89PNG")
 
 
 def test_a_trained_run_is_not_accepted_as_simulated(sims, tmp_path):

@@ -19,7 +19,7 @@ from naspipe.report.sim_table2 import sim_frame
 
 def build(inputs: ReportInputs) -> Figure:
     frame = sim_frame(inputs)
-    frame = frame[frame["fits"]]
+    frame = frame[frame["fits"].astype(bool)]
     style = "space" if frame["space"].nunique() > 1 else None
     hw = ", ".join(sorted(frame["hardware"].unique())) or "none"
 
