@@ -25,7 +25,7 @@ def test_simulating_nlp_c1_at_8_stages_allocates_nothing(tmp_path):
 
     out = tmp_path / "c1"
     assert main(["simulate", "--space", "nlp.c1", "--system", "csp", "--stages", "8", "--steps", "16",
-                 "--out", str(out)]) == 0
+                 "--set", "cache.enabled=true", "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["space"] == "nlp.c1" and metrics["host_bytes"] > 14e9 * 4
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 << 20  # KiB: under 4 GiB

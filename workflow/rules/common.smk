@@ -201,7 +201,9 @@ def simulate_args(wildcards):
         f"--batch {SIMULATE.get('batch', 'max')}",
     ]
     if SIMULATE.get("cache", True) and wildcards.system in CACHE_SYSTEMS:
-        args.append("--set cache.enabled=true")  # NASPipe with its context manager, as in the paper
+        args.append(
+            "--set cache.enabled=true"
+        )  # NASPipe with its context manager, as in the paper
     return " ".join(args)
 
 
