@@ -19,6 +19,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/ablation.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/search.smk"
+include: "workflow/rules/simulate.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -27,6 +28,7 @@ localrules:
     partition,
     compare,
     report,
+    simulate,
 
 
 rule all:

@@ -57,6 +57,7 @@ COMMANDS: dict[str, Command] = {
     "evaluate": Command("naspipe.commands.evaluate",
                         "score subnets with a trained supernet's weights on held-out data"),
     "search": Command("naspipe.commands.search", "evolutionary or random search over a trained supernet"),
+    "simulate": Command("naspipe.sim.cli", "simulate a run on a hardware spec (the same policies in simulated time)"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
 }
 

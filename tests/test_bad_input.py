@@ -192,6 +192,16 @@ CASES = [
     Case("profile-set", ("profile", "--space", "toy", "--set", "noequals", "--out", "{out}"), "noequals"),
     Case("profile-option", ("profile", "--space", "toy", "--set", "space.nosuch=1", "--out", "{out}"), "'nosuch'"),
     Case("profile-dim", ("profile", "--space", "toy", "--set", "space.dim=0", "--out", "{out}"), "'dim'"),
+    # -- simulate ----------------------------------------------------------------------------------
+    Case("sim-hardware-name", ("simulate", "--stages", "2", "--hardware", "nosuch", "--out", "{out}"), "'nosuch'"),
+    Case("sim-hardware-missing-key", ("simulate", "--hardware", "{tmp}/hw.yaml", "--out", "{out}"),
+         "hw.yaml: missing key 'gpus_per_host'", write("hw.yaml", b"name: x\n")),
+    Case("sim-hardware-bad-value", ("simulate", "--hardware", "{tmp}/hw.yaml", "--out", "{out}"),
+         "hw.yaml: unknown key 'flopz'", write("hw.yaml", b"name: x\nflopz: 1\n")),
+    Case("sim-costs", ("simulate", "--stages", "2", "--costs", "{tmp}/none.csv", "--out", "{out}"), "none.csv"),
+    Case("sim-system", ("simulate", "--system", "nosuch", "--out", "{out}"), "'nosuch'"),
+    Case("sim-batch", ("simulate", "--batch", "lots", "--out", "{out}"), "--batch 'lots'"),
+    Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
 ]
 
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.

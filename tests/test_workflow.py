@@ -242,6 +242,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
 
     tables = sorted((tiny_run / "results" / "tables").glob("*.csv"))
     assert [t.stem for t in tables] == [
+        "sim_table2_systems",
         "table1_spaces",
         "table2_systems",
         "table3_reproducibility",
@@ -254,7 +255,8 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     verdict = {(r.space, r.system, int(r.stages)): str(r.identical_to_sequential) for r in table3.itertuples()}
     assert verdict[("nlp.tiny", "csp", 2)] == verdict[("toy", "csp", 2)] == "yes"
     assert verdict[("nlp.tiny", "gpipe", 2)] == "no"
-    for figure in ("fig4_loss_vs_time", "fig5_throughput", "fig7_scaling"):
+    assert set(frames["sim_table2_systems"]["system"]) == {"csp", "gpipe"}  # .test/config.yaml's simulate key
+    for figure in ("fig4_loss_vs_time", "fig5_throughput", "fig7_scaling", "sim_fig5_throughput", "sim_fig7_scaling"):
         with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
             image.verify()
     assert "Table 3" in (tiny_run / "results" / "report.md").read_text()

@@ -1,7 +1,8 @@
 """``naspipe report``: every table, figure and ``report.md`` from run directories, in one go.
 
     naspipe report --runs DIR [DIR ...] --reproducibility F.json [...] [--profile SPACE=F.csv ...]
-        [--ablations DIR ...]  [--search SEARCH_DIR=ACC.csv ...] [--curve F.csv ...] --out RESULTS
+        [--ablations DIR ...] [--search SEARCH_DIR=ACC.csv ...] [--curve F.csv ...] [--simulated DIR ...]
+        --out RESULTS
 
 Writes ``RESULTS/tables/*.{csv,md}``, ``RESULTS/figures/*.png`` and ``RESULTS/report.md``.
 Every file is always written (an empty table says so), so a workflow's output list is
@@ -34,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(Table 3's search accuracy, the search-convergence plot)")
     p.add_argument("--curve", nargs="+", action="extend", type=Path, default=[], metavar="F.csv",
                    help="'naspipe evaluate --every-checkpoint' CSV of a run (Figure 4: score against training time)")
+    p.add_argument("--simulated", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
+                   help="run directories written by 'naspipe simulate' (the simulated Table 2, Figures 5 and 7)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
 
 
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.report.section import Figure
     from naspipe.report.sections import build_sections
 
-    inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations, args.search, args.curve)
+    inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations, args.search, args.curve,
+                         args.simulated)
     sections = build_sections(inputs)
     document = render_report(inputs, sections)
     for section in sections:

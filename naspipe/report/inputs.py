@@ -33,6 +33,7 @@ class ReportInputs:
     ablations: list[RunInfo] = field(default_factory=list)  # Figure 6's runs (kept out of the other sections)
     searches: list[SearchResult] = field(default_factory=list)
     curves: list[pd.DataFrame] = field(default_factory=list)  # naspipe evaluate --every-checkpoint CSVs
+    simulated: list[RunInfo] = field(default_factory=list)  # ``naspipe simulate`` runs (the sim_* sections)
 
     @property
     def spaces(self) -> list[str]:
@@ -50,17 +51,22 @@ def system_rank(system: str) -> tuple[int, str]:
 
 def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],
                 ablations: list[Path] | None = None, searches: Sequence[str] = (),
-                curves: Sequence[Path] = ()) -> ReportInputs:
+                curves: Sequence[Path] = (), simulated: list[Path] | None = None) -> ReportInputs:
     infos = [read_run_info(p) for p in runs]
     ablation_infos = [read_run_info(p) for p in ablations or []]
+    sims = [read_run_info(p) for p in simulated or []]
+    for sim in sims:
+        if sim.metrics.get("simulated") is not True:
+            raise UsageError(f"--simulated {sim.path}: not a 'naspipe simulate' run (metrics.json lacks simulated)")
     seen: dict[Path, Path] = {}
-    for info in infos + ablation_infos:
+    for info in [*infos, *ablation_infos, *sims]:
         key = info.path.resolve()
         if key in seen:
             raise UsageError(f"run directory {info.path} given twice")
         seen[key] = info.path
     return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles),
-                        ablation_infos, [read_search(s) for s in searches], [read_curve(c) for c in curves])
+                        ablations=ablation_infos, searches=[read_search(s) for s in searches],
+                        curves=[read_curve(c) for c in curves], simulated=sims)
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:

@@ -24,6 +24,9 @@ SECTIONS: tuple[str, ...] = (
     "naspipe.report.fig6_ablation",
     "naspipe.report.fig7_scaling",
     "naspipe.report.fig_search_convergence",
+    "naspipe.report.sim_table2",
+    "naspipe.report.sim_fig5",
+    "naspipe.report.sim_fig7",
 )
 
 

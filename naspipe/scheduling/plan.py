@@ -35,6 +35,7 @@ class PipelinePlan:
         self.partition = partition
         self.stream = stream
         self.layer_costs = None if layer_costs is None else tuple(float(c) for c in layer_costs)
+        self.subnet_layers = lru_cache(maxsize=1 << 12)(self._subnet_layers)  # one pass per subnet, not per stage
         self.stage_layers = lru_cache(maxsize=1 << 16)(self._stage_layers)
         self.trainable_layers = lru_cache(maxsize=1 << 16)(self._trainable_layers)
         self.partition_of = lru_cache(maxsize=1 << 14)(self._partition_of)
@@ -55,14 +56,17 @@ class PipelinePlan:
         """Per-subnet partitions: a layer may run on several stages."""
         return self.layer_costs is not None
 
+    def _subnet_layers(self, subnet: int) -> tuple[int, ...]:
+        return self.structure.position_layers(self.stream[subnet])
+
     def _partition_of(self, subnet: int) -> Partition:
         if self.layer_costs is None:
             return self.partition
-        costs = [self.layer_costs[lid] for lid in self.structure.position_layers(self.stream[subnet])]
+        costs = [self.layer_costs[lid] for lid in self.subnet_layers(subnet)]
         return bottleneck_partition(costs, self.num_stages)
 
     def _stage_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
-        layers = self.structure.position_layers(self.stream[subnet])
+        layers = self.subnet_layers(subnet)
         positions = self.partition_of(subnet).positions(stage)
         return layers[positions.start : positions.stop]
 

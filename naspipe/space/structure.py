@@ -35,6 +35,7 @@ class SpaceStructure:
     suffix: tuple[str, ...]
     shared_policy: SharedPolicy = "frozen"
     _block_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _num_layers: int = field(init=False, repr=False, compare=False)  # computed once: on the scheduler's hot path
 
     def __post_init__(self) -> None:
         if not self.blocks or any(not b for b in self.blocks):
@@ -46,6 +47,7 @@ class SpaceStructure:
             offsets.append(next_id)
             next_id += len(block)
         object.__setattr__(self, "_block_offsets", tuple(offsets))
+        object.__setattr__(self, "_num_layers", next_id + len(self.suffix))
 
     @property
     def choices_per_block(self) -> tuple[int, ...]:
@@ -53,7 +55,7 @@ class SpaceStructure:
 
     @property
     def num_layers(self) -> int:
-        return len(self.prefix) + sum(self.choices_per_block) + len(self.suffix)
+        return self._num_layers
 
     @property
     def num_positions(self) -> int:

@@ -109,6 +109,7 @@ CUDA = config["device"] == "cuda"
 
 wildcard_constraints:
     space=r"[a-z]+(\.[a-z0-9]+)?",
+    hardware=r"[A-Za-z0-9_.-]+",
     system=r"[a-z-]+",
     stages=r"\d+",
     seed=r"\d+",
@@ -168,6 +169,43 @@ def reproducibility_files():
         for seed in SEEDS
         if system_runs(space, system, seed)
     ]
+
+
+# -- simulate ------------------------------------------------------------
+
+SIMULATE = config.get("simulate") or {}
+CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor")
+
+
+def all_sims():
+    """Every simulated run directory of the `simulate` config key (none without it)."""
+    if not SIMULATE:
+        return []
+    hardware = Path(SIMULATE["hardware"]).stem
+    return [
+        f"results/sim/{hardware}/{space}/{system}/D{stages}"
+        for space in SIMULATE["spaces"]
+        for system in SIMULATE["systems"]
+        for stages in sorted(SIMULATE["stages"])
+    ]
+
+
+def simulate_args(wildcards):
+    args = [
+        f"--space {shlex.quote(wildcards.space)}",
+        f"--system {wildcards.system}",
+        f"--stages {wildcards.stages}",
+        f"--steps {SIMULATE['steps']}",
+        f"--seed {SIMULATE.get('seed', 0)}",
+        f"--hardware {shlex.quote(str(SIMULATE['hardware']))}",
+        f"--costs {shlex.quote(str(SIMULATE.get('costs', 'analytic')))}",
+        f"--batch {SIMULATE.get('batch', 'max')}",
+    ]
+    if SIMULATE.get("cache", True) and wildcards.system in CACHE_SYSTEMS:
+        args.append(
+            "--set cache.enabled=true"
+        )  # NASPipe with its context manager, as in the paper
+    return " ".join(args)
 
 
 def job_resources(rule_name, key, fallback):
@@ -424,6 +462,9 @@ FIGURES = [
     "fig7_scaling",
     "fig_search_convergence",
 ]
+# the simulated sections are always written (empty without the `simulate` config key)
+TABLES += ["sim_table2_systems"]
+FIGURES += ["sim_fig5_throughput", "sim_fig7_scaling"]
 
 
 def report_file(path, caption, category):

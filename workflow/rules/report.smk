@@ -10,6 +10,7 @@ rule report:
         searches=search_dirs(),
         accuracies=accuracy_files(),
         curves=curve_files(),
+        sims=all_sims(),
     output:
         REPORT_OUTPUTS,
     log:
@@ -25,6 +26,9 @@ rule report:
         ),
         searches=" ".join(f"--search {d}={d}.accuracy.csv" for d in search_dirs()),
         curves=" ".join(f"--curve {c}" for c in curve_files()),
+        sims=lambda wc, input: (
+            f"--simulated {' '.join(input.sims)}" if input.sims else ""
+        ),
     shell:
         "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
-        " {params.ablations} {params.searches} {params.curves} --out results > {log} 2>&1"
+        " {params.ablations} {params.searches} {params.curves} {params.sims} --out results > {log} 2>&1"

@@ -1,0 +1,71 @@
+"""Simulated Table 2: the paper's columns per space, system and stage count, from ``naspipe simulate`` runs.
+
+Each row is marked with the hardware spec it was simulated on (``config/hardware/NAME.yaml``):
+these are not measurements. Columns follow the paper's Table 2: the batch each system ran
+(the largest that fits, with ``--batch max``), device and host memory in GB, execution time
+per subnet, bubble, cache hit rate and throughput, normalised to GPipe at the same space,
+stage count and hardware; ``fits`` is false where not even one sample fits (the paper's
+"cannot fit"), and ``efficiency`` is the lower bound over the makespan.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from naspipe.report.inputs import ReportInputs, system_rank
+from naspipe.report.section import Table
+
+COLUMNS = ["hardware", "space", "system", "stages", "batch", "max_batch", "fits", "device_gb", "host_gb", "exec_s",
+           "bubble_ratio", "cache_hit_rate", "throughput_samples_s", "throughput_vs_gpipe", "efficiency"]
+
+
+def sim_frame(inputs: ReportInputs) -> pd.DataFrame:
+    """One row per simulated (hardware, space, system, stages): medians over seeds."""
+    rows = [{
+        "hardware": r.metrics.get("hardware", "?"), "space": r.space, "system": r.system, "stages": r.stages,
+        "batch": int(r.metrics.get("batch_size", 0)), "max_batch": int(r.metrics.get("max_batch", 0)),
+        "fits": bool(r.metrics.get("fits", True)),
+        "device_gb": float(r.metrics.get("device_bytes", 0.0)) / 1e9,
+        "host_gb": float(r.metrics.get("host_bytes", 0.0)) / 1e9, "exec_s": float(r.metrics["exec_s"]),
+        "bubble_ratio": float(r.metrics["bubble_ratio"]), "cache_hit_rate": float(r.metrics.get("cache_hit_rate", 1)),
+        "throughput_samples_s": float(r.metrics["throughput_samples_s"]) if r.metrics.get("fits", True) else 0.0,
+        "efficiency": float(r.metrics.get("efficiency", float("nan"))),
+    } for r in inputs.simulated]
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS)
+    raw = pd.DataFrame(rows)
+    keys = ["hardware", "space", "system", "stages"]
+    frame = raw.groupby(keys, as_index=False).median(numeric_only=True)
+    frame["fits"] = frame["fits"].astype(bool)
+    gpipe = frame[frame["system"] == "gpipe"].set_index(["hardware", "space", "stages"])["throughput_samples_s"]
+    frame["throughput_vs_gpipe"] = [
+        t / gpipe[k] if k in gpipe.index and gpipe[k] > 0 else float("nan")
+        for t, k in zip(frame["throughput_samples_s"],
+                        zip(frame["hardware"], frame["space"], frame["stages"], strict=True), strict=True)
+    ]
+    frame = frame.assign(_rank=[system_rank(s) for s in frame["system"]])
+    frame = frame.sort_values(["hardware", "space", "stages", "_rank"])
+    return frame[COLUMNS].reset_index(drop=True)
+
+
+def build(inputs: ReportInputs) -> Table:
+    frame = sim_frame(inputs)
+    hardware = ", ".join(sorted(frame["hardware"].unique())) if not frame.empty else "none"
+    title = f"Table 2 (simulated on {hardware}): batch, memory, exec, bubble, cache hit, throughput"
+    return Table("sim_table2_systems", title, frame, _reading(frame))
+
+
+def _reading(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "No simulated runs were given."
+    text = ["Simulated with `naspipe simulate` (the runtime's policies and partition, costs from the hardware "
+            "spec named in the first column), not measured."]
+    for (hw, space, stages), group in frame.groupby(["hardware", "space", "stages"], sort=True):
+        at = group.set_index("system")
+        if "csp" in at.index and not pd.isna(at.at["csp", "throughput_vs_gpipe"]):
+            text.append(f"`{space}` D={stages} ({hw}): NASPipe {at.at['csp', 'throughput_vs_gpipe']:.2f}x GPipe, "
+                        f"bubble {at.at['csp', 'bubble_ratio']:.2f}, batch {at.at['csp', 'batch']}.")
+        unfit = sorted(group.loc[~group["fits"], "system"])
+        if unfit:
+            text.append(f"`{space}` D={stages}: {', '.join(unfit)} cannot fit one sample.")
+    return " ".join(text)

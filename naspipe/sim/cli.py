@@ -1,0 +1,132 @@
+"""``naspipe simulate``: what a system would do on given hardware, from the same config as ``train``.
+
+The run is built exactly as ``naspipe train`` builds it (:func:`naspipe.runtime.job.build_job`:
+space, partition, subnet stream, policy options), so the simulated stages run the very
+policies and the very partition the runtime would. The space's layers are sized on torch's
+``meta`` device (nothing allocated), so the paper-size spaces simulate on a laptop. Outputs
+follow the run-directory contract of ``train``: written in ``DIR.partial`` and published as
+``DIR`` by one rename; a non-empty ``DIR`` is refused unless ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from naspipe.config import Config, describe_keys, load_config
+from naspipe.errors import UsageError
+from naspipe.fsutil import atomic_write, atomic_write_json
+from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs
+from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
+from naspipe.sim.run import SimSetup, simulate_run
+
+DEFAULT_HARDWARE = "rtx2080ti-pcie3-40gbe"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    from naspipe.scheduling import POLICY_NAMES
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "simulate",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Simulate a run (same config as 'naspipe train') on a hardware spec: the runtime's policies "
+        "and partition in simulated time; writes metrics.json (plus makespan_s, lower_bound_s, efficiency, "
+        "max_batch, device_bytes, host_bytes) and trace.json.",
+        epilog="config keys (YAML file via --config, or --set key=value):\n" + describe_keys(),
+    )
+    p.add_argument("--config", type=Path, help="YAML config file (keys below)")
+    p.add_argument("--space", help="search space preset (e.g. nlp.c1, cv.c2); sets space.name")
+    p.add_argument("--system", help=f"scheduling policy: {', '.join(POLICY_NAMES)}")
+    p.add_argument("--stages", type=int, help="pipeline stages D")
+    p.add_argument("--steps", type=int, help="subnets to simulate")
+    p.add_argument("--seed", type=int, help="random seed (the subnet stream)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (repeatable)")
+    p.add_argument("--hardware", default=DEFAULT_HARDWARE,
+                   help=f"hardware spec: a name ({', '.join(hardware_names())}) or a YAML file "
+                   f"(default {DEFAULT_HARDWARE})")
+    p.add_argument("--costs", default="analytic",
+                   help="task costs: 'analytic' (hardware FLOP/s), 'uniform' (forward 1, backward 2, free "
+                   "messages), or a profile CSV from 'naspipe profile' (default analytic)")
+    p.add_argument("--batch", default="config",
+                   help="samples per subnet step: 'config' (the space's batch_size), 'max' (the largest batch "
+                   "this system fits on the hardware, paper Table 2), or a number (default config)")
+    p.add_argument("--out", type=Path, required=True, help="output directory DIR (published complete, by rename)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR when this run completes")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
+             "seed": args.seed}
+    config = load_config(args.config, args.overrides, flags)
+    hardware = load_hardware(args.hardware)
+    batch = _batch(args.batch)
+    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch)
+    keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency", "max_batch")
+    print(json.dumps({k: metrics[k] for k in keys}))
+    return 0
+
+
+def _batch(text: str) -> int | str:
+    if text in ("config", "max"):
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--batch {text!r}: expected 'config', 'max' or a positive integer")
+    return int(text)
+
+
+def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, overwrite: bool,
+                batch: int | str = "config") -> dict[str, Any]:
+    """Check everything, simulate, then write and publish ``out``; returns the metrics."""
+    from dataclasses import replace
+
+    from naspipe.runtime import rundir
+
+    run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
+    setup = replace(build_setup(config, hardware, costs_spec), batch=batch)
+    metrics, trace = simulate_run(setup)
+    metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch}
+    if run_dir.work.exists():
+        shutil.rmtree(run_dir.work)
+    run_dir.work.mkdir(parents=True)
+    atomic_write_json(run_dir.work / "metrics.json", metrics)
+    atomic_write(run_dir.work / "trace.json", lambda f: _write_trace(trace, f))
+    rundir.publish(run_dir)
+    return metrics
+
+
+def build_setup(config: Config, hardware: Hardware, costs_spec: str) -> SimSetup:
+    from naspipe.runtime.job import build_job
+    from naspipe.sim.layers import layer_infos
+
+    job = build_job(config)
+    infos = layer_infos(job.space)
+    batch = int(job.space.options.get("batch_size", 1))
+    costs = make_costs(costs_spec, job.space.structure, infos, hardware, batch, config.optimizer.name)
+    trace_cap = min(config.trace_max_events, 200_000)
+    return SimSetup(job.plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
+                    cache=config.cache)
+
+
+def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, batch: int,
+               optimizer: str) -> CostModel:
+    if spec == "uniform":
+        return uniform_costs(infos, hardware, batch, optimizer)
+    if spec == "analytic":
+        return analytic_costs(infos, hardware, batch, optimizer)
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(f"--costs {spec!r}: neither 'analytic', 'uniform' nor a profile CSV file")
+    from naspipe.profile.rows import read_profile_csv
+
+    return profile_costs(structure, read_profile_csv(path), infos, hardware, batch, optimizer, str(path))
+
+
+def _write_trace(events: list[dict[str, object]], f: Any) -> None:
+    f.write('{"traceEvents": [')
+    f.write(",\n".join(json.dumps(e) for e in events))
+    f.write('],\n"displayTimeUnit": "ms"}\n')

@@ -1,0 +1,132 @@
+"""Hardware specs for the simulator: ``config/hardware/NAME.yaml`` or any YAML file.
+
+A spec names what prices a run that the scheduling core does not: compute speed, memory
+sizes and the bandwidth and latency of every link a pipeline uses (host-device copies,
+GPU to GPU inside a host, the network between hosts). Stage ``k`` runs on GPU ``k`` and
+host ``k // gpus_per_host``, the placement the paper's testbed used. Every key is required
+(``task_overhead_s`` and ``blocking_send`` describe the runtime on that machine: the fixed
+cost of a task beyond its kernels, and whether a send holds the sender until received) and
+checked on load, so a typo is one line naming the file and key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from naspipe.errors import UsageError
+
+HARDWARE_DIR = Path(__file__).resolve().parents[2] / "config" / "hardware"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One machine type; byte counts in bytes, speeds in FLOP/s and bytes/s, latencies in seconds."""
+
+    name: str
+    gpus_per_host: int
+    hosts: int
+    flops: float
+    compute_efficiency: float
+    device_memory: float
+    device_reserved: float
+    memory_bandwidth: float
+    host_memory: float
+    host_device_bandwidth: float
+    intra_host_bandwidth: float
+    intra_host_latency: float
+    network_bandwidth: float
+    network_latency: float
+    task_overhead_s: float  # fixed cost of every task beyond its kernels (the runtime's per-task bookkeeping)
+    blocking_send: bool  # a stage waits for its outgoing message to be received (gloo on CPU); else it overlaps
+
+    @property
+    def effective_flops(self) -> float:
+        return self.flops * self.compute_efficiency
+
+    @property
+    def usable_device_memory(self) -> float:
+        return self.device_memory - self.device_reserved
+
+    def host_of(self, stage: int) -> int:
+        return stage // self.gpus_per_host
+
+    def transfer_s(self, src: int, dst: int, nbytes: float) -> float:
+        """Seconds to send ``nbytes`` from stage ``src``'s GPU to stage ``dst``'s."""
+        if self.host_of(src) == self.host_of(dst):
+            return self.intra_host_latency + nbytes / self.intra_host_bandwidth
+        return self.network_latency + nbytes / self.network_bandwidth
+
+    def copy_s(self, nbytes: float) -> float:
+        """Seconds to copy ``nbytes`` between host and device memory."""
+        return nbytes / self.host_device_bandwidth
+
+
+_INTS = {"gpus_per_host", "hosts"}
+_FRACTIONS = {"compute_efficiency"}
+_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s"}
+
+
+def hardware_names() -> list[str]:
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+
+
+def load_hardware(spec: str) -> Hardware:
+    """A shipped spec by name, or a YAML file by path; UsageError naming the file and key."""
+    path = Path(spec)
+    if not path.suffix:
+        path = HARDWARE_DIR / f"{spec}.yaml"
+        if not path.is_file():
+            raise UsageError(f"--hardware {spec!r}: no such spec; choose one of {', '.join(hardware_names())} "
+                             "or give a YAML file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read hardware spec ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return parse_hardware(data, str(path))
+
+
+def parse_hardware(data: Any, where: str) -> Hardware:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: a hardware spec must be a mapping of keys")
+    names = [f.name for f in fields(Hardware)]
+    for key in data:
+        if key not in names:
+            raise UsageError(f"{where}: unknown key {key!r}; keys are {', '.join(names)}")
+    values: dict[str, Any] = {}
+    for key in names:
+        if key not in data:
+            raise UsageError(f"{where}: missing key {key!r}")
+        values[key] = _check(where, key, data[key])
+    return Hardware(**values)
+
+
+def _check(where: str, key: str, value: Any) -> Any:
+    if key == "blocking_send":
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: key 'blocking_send' must be true or false, got {value!r}")
+        return value
+    if key == "name":
+        if not isinstance(value, str) or not value:
+            raise UsageError(f"{where}: key 'name' must be a non-empty string, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"{where}: key {key!r} must be a number, got {value!r}")
+    if key in _INTS:
+        if not isinstance(value, int) or value < 1:
+            raise UsageError(f"{where}: key {key!r} must be a positive integer, got {value!r}")
+        return value
+    if key in _FRACTIONS and not 0 < value <= 1:
+        raise UsageError(f"{where}: key {key!r} must be in (0, 1], got {value!r}")
+    if key in _NON_NEGATIVE:
+        if value < 0:
+            raise UsageError(f"{where}: key {key!r} must be >= 0, got {value!r}")
+    elif value <= 0:
+        raise UsageError(f"{where}: key {key!r} must be > 0, got {value!r}")
+    return float(value)

@@ -1,0 +1,76 @@
+"""A space's layers as the simulator sees them (:class:`~naspipe.sim.costs.LayerInfo`), without tensors.
+
+Parameter counts come from :meth:`SearchSpace.layer_tensors` (the layer built on torch's
+``meta`` device: shapes only, nothing allocated, one build per distinct shape), forward
+multiply-accumulates from the space's own analytic :meth:`layer_cost`, and activation
+sizes from the state the space documents between positions. This module imports the
+space classes (hence torch); the rest of :mod:`naspipe.sim` is pure and takes the list.
+
+Activation bytes kept for the backward without recomputation are an estimate: a multiple
+of the layer's output (pre-norm input, the op's intermediates, dropout masks, residual):
+8x for an encoder block, 14x for a decoder block (it adds cross-attention), 4x for an
+image block, 2x for a shared layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from naspipe.sim.costs import FLOAT_BYTES, LayerInfo
+
+if TYPE_CHECKING:
+    from naspipe.space.base import SearchSpace
+
+
+def layer_infos(space: SearchSpace) -> list[LayerInfo]:
+    kind = type(space).__name__
+    if kind == "NlpSpace":
+        return [_nlp(space, lid) for lid in range(space.structure.num_layers)]
+    if kind == "CvSpace":
+        return [_cv(space, lid) for lid in range(space.structure.num_layers)]
+    return [_generic(space, lid) for lid in range(space.structure.num_layers)]
+
+
+def _macs(space: SearchSpace, layer: int) -> float:
+    return max(space.layer_cost(layer) - 1.0, 0.0) / int(space.options.get("batch_size", 1))
+
+
+def _nlp(space: SearchSpace, layer: int) -> LayerInfo:
+    o = space.options
+    state = 2.0 * o["seq_len"] * o["dim"] * FLOAT_BYTES + o["seq_len"] * 8  # enc, dec, src tokens
+    op = space.structure.op_name(layer)
+    params = space.layer_tensors(layer)[0]
+    macs = _macs(space, layer)
+    if op == "output":
+        logits = float(o["seq_len"] * o["vocab"] * FLOAT_BYTES)
+        return LayerInfo(params, macs, logits, 2.0 * logits)
+    factor = 2.0 if op == "embedding" else (8.0 if op.startswith("enc.") else 14.0)
+    return LayerInfo(params, macs, state, factor * state / 2)
+
+
+def _cv(space: SearchSpace, layer: int) -> LayerInfo:
+    o = space.options
+    s = space.structure
+    op, block = s.op_name(layer), s.block_of(layer)
+    params = space.layer_tensors(layer)[0]
+    macs = _macs(space, layer)
+    if op == "classifier":
+        return LayerInfo(params, macs, float(o["classes"] * FLOAT_BYTES), 2.0 * o["classes"] * FLOAT_BYTES)
+    if block is None:  # stem
+        size = math.ceil(o["image_size"] / o["stem_stride"])
+        out = float(o["channels"] * size * size * FLOAT_BYTES)
+        return LayerInfo(params, macs, out, 2.0 * out + 3.0 * o["image_size"] ** 2 * FLOAT_BYTES)
+    _, c_out, stride, size = space.block_shape(block)  # type: ignore[attr-defined]
+    side = math.ceil(size / stride)
+    out = float(c_out * side * side * FLOAT_BYTES)
+    return LayerInfo(params, macs, out, 4.0 * out)
+
+
+def _generic(space: SearchSpace, layer: int) -> LayerInfo:
+    """A dense sequence layer: MACs = parameters per token, state ``seq_len x dim``."""
+    o = space.options
+    params = space.layer_tensors(layer)[0]
+    tokens = int(o.get("seq_len", 1))
+    state = float(tokens * int(o.get("dim", 1)) * FLOAT_BYTES)
+    return LayerInfo(params, float(params * tokens), state, 4.0 * state)

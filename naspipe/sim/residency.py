@@ -1,0 +1,182 @@
+"""Where a stage's parameters live, priced on a copy engine: the seam for cache decisions.
+
+Before a task computes, its layers' parameters must be on the device; after it, some
+may go back to the host. A :class:`Residency` answers both in simulated time on one copy
+engine per stage (a queue of host-device copies that runs alongside compute), and counts
+hits, misses and bytes. Two implementations follow the runtime's policies:
+
+- :class:`Resident`: the stage's whole slice stays on the device (gpipe, pipedream,
+  sequential, and csp without the cache, as in the runtime), no copies.
+- :class:`ContextCache`: NASPipe's context manager (``cache.enabled``): the byte-bounded
+  device cache and the predictor of issue 9, the very objects the runtime drives, with
+  simulated copies on the copy engine.
+- :class:`SynchronousSwap`: VPipe (``swap_parameters``): a task's layers are fetched on
+  demand right before it runs and written back around the update, the stage waiting on
+  each copy, as :mod:`naspipe.scheduling.policies.vpipe` documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from naspipe.context.cache import DeviceCache, Move
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.predictor import layer_uses, predict
+from naspipe.scheduling.task import Kind, Task
+from naspipe.sim.costs import CostModel
+from naspipe.space.structure import SpaceStructure
+
+
+@dataclass
+class CopyStats:
+    hits: int = 0
+    misses: int = 0
+    in_bytes: float = 0.0
+    out_bytes: float = 0.0
+    wait_s: float = 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        uses = self.hits + self.misses
+        return self.hits / uses if uses else 1.0
+
+
+class Residency(Protocol):
+    @property
+    def stats(self) -> CopyStats:
+        """Hits, misses, bytes copied and seconds waited so far."""
+
+    def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        """When ``task``'s parameters are on the device (>= ``now``)."""
+
+    def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        """When the stage may start its next task after ``task`` ended at ``now``."""
+
+
+class Resident:
+    """Every layer of the stage stays on the device: each use is a hit, nothing is copied."""
+
+    def __init__(self) -> None:
+        self.stats = CopyStats()
+
+    def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        self.stats.hits += len(layers)
+        return now
+
+    def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        return now
+
+
+class SynchronousSwap:
+    """VPipe: fetch a task's layers right before it runs, write back around the update; the stage waits."""
+
+    def __init__(self, costs: CostModel, trainable: frozenset[int]) -> None:
+        self.stats = CopyStats()
+        self.costs, self.trainable = costs, trainable
+
+    def _bytes(self, layers: tuple[int, ...], per_param: int) -> float:
+        return sum(self.costs.param_bytes(lid) for lid in layers if lid in self.trainable) * per_param
+
+    def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        self.stats.misses += len(layers)
+        # parameters; at the update also the optimizer state and the subnet's stashed gradient
+        per_param = 1 if task.kind is not Kind.UPDATE else 2 + self.costs.optimizer_states
+        return self._copy(self._bytes(layers, per_param), now, inbound=True)
+
+    def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        if task.kind is Kind.FORWARD:
+            return now  # unchanged parameters are dropped, not copied back
+        per_param = 1 if task.kind is Kind.BACKWARD else 1 + self.costs.optimizer_states  # gradient / new state
+        return self._copy(self._bytes(layers, per_param), now, inbound=False)
+
+    def _copy(self, nbytes: float, now: float, inbound: bool) -> float:
+        if inbound:
+            self.stats.in_bytes += nbytes
+        else:
+            self.stats.out_bytes += nbytes
+        seconds = 0.0 if self.costs.free_io else self.costs.hardware.copy_s(nbytes)
+        self.stats.wait_s += seconds
+        return now + seconds
+
+
+class ContextCache:
+    """NASPipe's context manager (csp with ``cache.enabled``): issue 9's cache and predictor, copies simulated.
+
+    The decisions are :class:`naspipe.context.cache.DeviceCache`'s and
+    :func:`naspipe.scheduling.predictor.predict`'s, called exactly as the runtime's worker
+    calls them (``_cache_in``: predict the next ``horizon`` tasks of the live policy, acquire
+    the task's layers, prefetch the predicted ones; release after, dirty after an update).
+    Only the copies are simulated: each move runs on the stage's copy engine, one at a time,
+    for ``bytes / host_device_bandwidth``; a prefetched layer counts as resident once its
+    copy has landed, and a task waits for the copies of its own layers.
+    """
+
+    def __init__(self, policy: StagePolicy, plan: PipelinePlan, costs: CostModel, budget: int,
+                 sizes: dict[int, int], horizon: int, end: int) -> None:
+        self.cache = DeviceCache(budget, sizes)
+        self.policy, self.plan, self.costs = policy, plan, costs
+        self.horizon = horizon if policy.predictor else 0
+        self.end = end
+        self.copy_free = 0.0
+        self.landing: dict[int, float] = {}  # layer -> when its copy lands
+        self.wait_s = 0.0
+
+    @property
+    def stats(self) -> CopyStats:
+        s = self.cache.stats
+        return CopyStats(s.hits, s.uses - s.hits, float(s.swap_in_bytes), float(s.swap_out_bytes), self.wait_s)
+
+    def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        self._land(now)
+        upcoming = layer_uses(self.plan, predict(self.policy, self.horizon, self.end, running=task))
+        self._perform(self.cache.acquire(layers, upcoming), now)
+        self._perform(self.cache.prefetch(upcoming), now)
+        ready = max([now, *(self.landing[lid] for lid in layers if lid in self.landing)])
+        for lid in layers:
+            if lid in self.landing:
+                del self.landing[lid]
+                self.cache.arrived(lid)
+        self.wait_s += ready - now
+        return ready
+
+    def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        self.cache.release(layers, dirty=task.kind is Kind.UPDATE)
+        return now
+
+    def _land(self, now: float) -> None:
+        for lid in [lid for lid, t in self.landing.items() if t <= now]:
+            del self.landing[lid]
+            self.cache.arrived(lid)
+
+    def _perform(self, moves: list[Move], now: float) -> None:
+        for move in moves:
+            if move.direction == "drop":
+                continue
+            start = max(now, self.copy_free)
+            self.copy_free = start + (0.0 if self.costs.free_io else self.costs.hardware.copy_s(move.nbytes))
+            if move.direction == "in":
+                self.landing[move.layer] = self.copy_free
+
+
+def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
+    """Device bytes of each layer when resident: parameters, and for trainable ones gradients and optimizer state.
+
+    As the runtime's :func:`naspipe.runtime.context.layer_bytes`, from shapes (buffers left out).
+    """
+    sizes = {}
+    for lid in range(structure.num_layers):
+        per_param = 2 + costs.optimizer_states if structure.is_trainable(lid) else 1
+        sizes[lid] = max(1, int(costs.param_bytes(lid)) * per_param)
+    return sizes
+
+
+def stage_share(sizes: dict[int, int], structure: SpaceStructure, layers: list[int]) -> int:
+    """One subnet's largest share of a stage: its largest candidate per block (the runtime's ``subnet_share``)."""
+    largest: dict[tuple[str, int], int] = {}
+    for lid in layers:
+        block = structure.block_of(lid)
+        key = ("layer", lid) if block is None else ("block", block)
+        largest[key] = max(largest.get(key, 0), sizes[lid])
+    return sum(largest.values())

@@ -1,0 +1,159 @@
+"""One simulated run, end to end: events, memory, lower bound, and the runtime's metrics schema.
+
+:func:`simulate_run` is pure (no torch, no files): the CLI builds its inputs from a config
+and writes what it returns. The metrics carry every key of the runtime's ``metrics.json``
+(:func:`naspipe.runtime.outputs.compute_metrics`) with simulated seconds, so reports and
+tools read a simulated run like a measured one; ``simulated`` says which it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from naspipe.config import CACHE_SYSTEMS, CacheConfig
+from naspipe.errors import UsageError
+from naspipe.profile.costs import position_layer_ids
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies import POLICIES, PolicyOptions
+from naspipe.sim.bound import longest_path, lower_bound
+from naspipe.sim.costs import CostModel, at_batch
+from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
+from naspipe.sim.memory import memory_report
+from naspipe.sim.residency import (
+    ContextCache,
+    Residency,
+    Resident,
+    SynchronousSwap,
+    cache_sizes,
+    stage_share,
+)
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    plan: PipelinePlan
+    system: str
+    subnets: int
+    options: PolicyOptions
+    costs: CostModel
+    recompute: bool  # as configured; a policy that forces it (pipedream) wins
+    trace_max_events: int = 0
+    batch: int | str = "config"  # "config": the space's batch_size; "max": the largest that fits; or a number
+    cache: CacheConfig | None = None  # the context manager's settings (``cache.*`` config keys)
+
+
+def effective_recompute(system: str, configured: bool) -> bool:
+    forced = POLICIES[system].recompute
+    return configured if forced is None else bool(forced)
+
+
+def uses_cache(setup: SimSetup) -> bool:
+    return setup.cache is not None and setup.cache.enabled and setup.system in CACHE_SYSTEMS
+
+
+def cache_budgets(setup: SimSetup) -> list[int]:
+    """Each stage's device cache in bytes, as the runtime's worker sizes it."""
+    assert setup.cache is not None
+    plan, structure = setup.plan, setup.plan.structure
+    sizes = cache_sizes(setup.costs, structure)
+    budgets = []
+    for k in range(plan.num_stages):
+        layers = [lid for p in plan.partition.positions(k) for lid in position_layer_ids(structure, p)]
+        share = stage_share(sizes, structure, layers)
+        budget = setup.cache.budget_bytes(share)
+        if budget < share:
+            raise UsageError(f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {k} "
+                             f"({share} bytes)")
+        budgets.append(budget)
+    return budgets
+
+
+def residency_for(setup: SimSetup) -> ResidencyFactory:
+    """The copy model of each stage: the context cache, VPipe's synchronous swap, or resident parameters."""
+    structure = setup.plan.structure
+    if uses_cache(setup):
+        assert setup.cache is not None
+        sizes, budgets, horizon = cache_sizes(setup.costs, structure), cache_budgets(setup), setup.cache.horizon
+        return lambda stage, policy: ContextCache(policy, setup.plan, setup.costs, budgets[stage], sizes, horizon,
+                                                  setup.subnets)
+    if POLICIES[setup.system].swap_parameters:
+        trainable = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
+        return lambda stage, policy: SynchronousSwap(setup.costs, trainable)
+    return lambda stage, policy: Resident()
+
+
+def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
+    """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked)."""
+    recompute = effective_recompute(setup.system, setup.recompute)
+    if setup.batch != "config":
+        budgets = cache_budgets(setup) if uses_cache(setup) else None
+        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
+                            budgets).max_batch
+        batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
+        setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
+    result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
+                      residency_for(setup), trace_max_events=setup.trace_max_events)
+    path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute)
+    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
+                           cache_budgets(setup) if uses_cache(setup) else None)
+    return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
+
+
+def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recompute: bool) -> dict[str, Any]:
+    d, n = setup.plan.num_stages, result.subnets
+    makespan = result.makespan or 1e-9
+    busy = [s.busy for s in result.stages]
+    bound = lower_bound(max(busy, default=0.0), path)
+    for s in result.stages:
+        s.seconds["waiting"] = max(makespan - s.busy, 0.0)
+    copies: list[Residency] = result.residency
+    hits = sum(c.stats.hits for c in copies)
+    uses = hits + sum(c.stats.misses for c in copies)
+    return {
+        "system": setup.system,
+        "space": setup.plan.structure.name,
+        "stages": d,
+        "partition": str(setup.plan.partition),
+        "device": f"simulated:{setup.costs.hardware.name}",
+        "subnets": n,
+        "wall_s": makespan,
+        "makespan_s": makespan,
+        "throughput_samples_s": n * setup.costs.batch / makespan,
+        "subnets_per_hour": n / makespan * 3600.0,
+        "bubble_ratio": 1.0 - sum(busy) / (d * makespan),
+        "bubble_ratio_per_stage": [1.0 - b / makespan for b in busy],
+        "exec_s": sum(busy) / max(n, 1),
+        "seconds_per_stage": [{c: s.seconds[c] for c in CATEGORIES} for s in result.stages],
+        "swap_bytes": sum(c.stats.in_bytes + c.stats.out_bytes for c in copies),
+        "swap_wait_s": sum(c.stats.wait_s for c in copies),
+        "swap_fetches": float(sum(c.stats.misses for c in copies)),
+        "recompute_effective": recompute,
+        "stage_extra": [{"tasks": s.tasks, "sent_bytes": s.sent_bytes, "trace_dropped": s.trace_dropped,
+                         "recompute": float(recompute), "cache_hit_rate": c.stats.hit_rate}
+                        for s, c in zip(result.stages, copies, strict=True)],
+        "simulated": True,
+        "hardware": setup.costs.hardware.name,
+        "costs": setup.costs.name,
+        "cache_enabled": uses_cache(setup),
+        "batch_size": setup.costs.batch,
+        "lower_bound_s": bound,
+        "efficiency": bound / makespan,
+        "cache_hit_rate": hits / uses if uses else 1.0,
+        "max_batch": memory.max_batch,
+        "device_bytes": memory.device_bytes,
+        "host_bytes": memory.host_bytes,
+        "fits": memory.device_bytes <= setup.costs.hardware.usable_device_memory
+        and memory.host_bytes <= setup.costs.hardware.host_memory,
+    }
+
+
+def _trace(setup: SimSetup, result: SimResult) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = [
+        {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"naspipe {setup.system} (simulated)"}}
+    ]
+    for k in range(setup.plan.num_stages):
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": k, "args": {"name": f"stage {k}"}})
+    for s in result.stages:
+        events.extend(s.trace)
+    return events

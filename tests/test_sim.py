@@ -1,0 +1,199 @@
+"""The simulator: exact textbook results, the runtime's decisions, sound bounds, the CLI contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from naspipe.cli import main
+from naspipe.partition import balanced_partition
+from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
+from naspipe.scheduling.driver import drive
+from naspipe.scheduling.task import Kind, Task
+from naspipe.sim.costs import (
+    CostModel,
+    LayerCost,
+    LayerInfo,
+    analytic_costs,
+    backward_s,
+    forward_s,
+    uniform_costs,
+    update_s,
+)
+from naspipe.sim.engine import simulate
+from naspipe.sim.hardware import hardware_names, load_hardware
+from naspipe.sim.run import SimSetup, simulate_run
+from naspipe.space.structure import SpaceStructure
+from naspipe.subnet import SubnetStream
+
+HW = load_hardware("rtx2080ti-pcie3-40gbe")
+
+
+def make_plan(stages: int, blocks: int = 6, candidates: int = 3, seed: int = 0) -> PipelinePlan:
+    structure = SpaceStructure("t", ("emb",), tuple(("a", "b", "c")[:candidates] for _ in range(blocks)), ("head",))
+    partition = balanced_partition([1.0] * structure.num_positions, stages)
+    return PipelinePlan(structure, partition, SubnetStream(structure.choices_per_block, seed))
+
+
+def infos(plan: PipelinePlan) -> list[LayerInfo]:
+    return [LayerInfo(1000 * (1 + lid % 5), 1e6 * (1 + lid % 3), 4096.0, 16384.0)
+            for lid in range(plan.structure.num_layers)]
+
+
+def test_importing_the_simulator_does_not_import_torch():
+    code = ("import sys; import naspipe.sim, naspipe.sim.engine, naspipe.sim.run, naspipe.sim.memory, "
+            "naspipe.sim.bound, naspipe.sim.hardware, naspipe.sim.residency; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 6])
+@pytest.mark.parametrize("bulk", [1, 2, 4, 5])
+def test_gpipe_with_uniform_costs_has_the_textbook_bubble(stages, bulk):
+    plan = make_plan(stages)
+    costs = uniform_costs(infos(plan), HW, 8, "sgd")
+    result = simulate(plan, "gpipe", 3 * bulk, PolicyOptions(max_inflight=2 * stages, bulk_size=bulk), costs, True)
+    busy = sum(s.busy for s in result.stages)
+    bubble = 1.0 - busy / (stages * result.makespan)
+    assert bubble == pytest.approx((stages - 1) / (bulk + stages - 1), rel=1e-12, abs=1e-15)
+    assert result.makespan == 3 * 3.0 * (bulk + stages - 1)
+
+
+def layer_costs(plan: PipelinePlan) -> CostModel:
+    """Per-layer durations that differ by layer, messages free: the driver can run the same durations."""
+    base = analytic_costs(infos(plan), HW, 8, "sgd")
+    layers = tuple(LayerCost(1.0 + lid % 4, 1.0 + lid % 4, 2.0 + lid % 3, 0.25) for lid in range(len(base.layers)))
+    return CostModel("test", layers, base.info, HW, 8, 1, free_io=True)
+
+
+@pytest.mark.parametrize("system", POLICY_NAMES)
+@pytest.mark.parametrize("uniform", [True, False])
+def test_task_order_per_stage_equals_the_virtual_time_driver(system, uniform):
+    plan = make_plan(3)
+    costs = uniform_costs(infos(plan), HW, 8, "sgd") if uniform else layer_costs(plan)
+    options = PolicyOptions(max_inflight=4, bulk_size=3)
+    sim = simulate(plan, system, 24, options, costs, recompute=True, record_order=True)
+
+    def duration(task: Task) -> float:
+        layers = plan.stage_layers(task.subnet, task.stage)
+        if uniform:
+            return {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
+        if task.kind is Kind.FORWARD:
+            return forward_s(costs, layers)
+        if task.kind is Kind.BACKWARD:
+            return sum(backward_s(costs, layers, True))
+        return update_s(costs, plan.trainable_layers(task.subnet, task.stage))
+
+    timeline = drive(plan, system, 24, options, duration)
+    for k in range(3):
+        assert sim.stages[k].order == timeline.tasks(k)
+    assert sim.makespan == pytest.approx(timeline.makespan, rel=1e-12)
+
+
+@pytest.mark.parametrize("system", POLICY_NAMES)
+def test_lower_bound_never_exceeds_the_makespan(system):
+    plan = make_plan(4, blocks=8, candidates=2)
+    costs = analytic_costs(infos(plan), HW, 8, "adam")
+    setup = SimSetup(plan, system, 40, PolicyOptions(max_inflight=8, bulk_size=4), costs, True)
+    metrics, _ = simulate_run(setup)
+    assert 0 < metrics["lower_bound_s"] <= metrics["makespan_s"] * (1 + 1e-12)
+    assert 0 < metrics["efficiency"] <= 1 + 1e-12
+    busiest = max(sum(s[c] for c in ("forward", "recompute", "backward", "optimizer"))
+                  for s in metrics["seconds_per_stage"])
+    assert metrics["lower_bound_s"] >= busiest
+
+
+def test_vpipe_waits_on_copies_and_pipedream_stashes_weights():
+    plan = make_plan(2)
+    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    runs = {s: simulate_run(SimSetup(plan, s, 12, PolicyOptions(max_inflight=4, bulk_size=2), costs, True))[0]
+            for s in ("gpipe", "vpipe", "pipedream")}
+    assert runs["vpipe"]["swap_bytes"] > 0 and runs["vpipe"]["swap_wait_s"] > 0
+    assert runs["vpipe"]["makespan_s"] > runs["gpipe"]["makespan_s"]
+    assert runs["vpipe"]["device_bytes"] < runs["gpipe"]["device_bytes"]
+    assert runs["pipedream"]["recompute_effective"] is False
+    assert runs["gpipe"]["max_batch"] > 0
+
+
+def test_every_shipped_hardware_spec_loads():
+    names = hardware_names()
+    assert {"rtx2080ti-pcie3-40gbe", "a100-nvlink-ib", "h100-nvlink-ib"} <= set(names)
+    for name in names:
+        hw = load_hardware(name)
+        assert hw.transfer_s(0, hw.gpus_per_host, 1e6) >= hw.transfer_s(0, 1, 1e6) > 0
+
+
+RUNTIME_KEYS = ("system", "space", "stages", "partition", "device", "subnets", "wall_s", "throughput_samples_s",
+                "subnets_per_hour", "bubble_ratio", "bubble_ratio_per_stage", "exec_s", "seconds_per_stage",
+                "swap_bytes", "swap_wait_s", "swap_fetches", "recompute_effective", "stage_extra", "config")
+SIM_KEYS = ("makespan_s", "lower_bound_s", "efficiency", "max_batch", "device_bytes", "host_bytes")
+
+
+def test_cli_writes_the_runtime_schema_and_a_trace(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["simulate", "--system", "csp", "--stages", "2", "--steps", "8", "--set", "space.blocks=4",
+            "--out", str(out)]
+    assert main(args) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in RUNTIME_KEYS + SIM_KEYS:
+        assert key in metrics, key
+    assert metrics["simulated"] is True and metrics["subnets"] == 8
+    trace = json.loads((out / "trace.json").read_text())
+    kinds = {e.get("cat") for e in trace["traceEvents"]}
+    assert {"forward", "recompute", "backward", "optimizer"} <= kinds
+    capsys.readouterr()
+    assert main(args) == 2  # a non-empty DIR is refused
+    assert "not empty" in capsys.readouterr().err
+    assert main([*args, "--overwrite", "--costs", "uniform"]) == 0
+
+
+def test_cli_reads_a_profile(tmp_path):
+    profile = Path(__file__).parent / "data" / "nonexistent.csv"
+    assert main(["simulate", "--stages", "2", "--costs", str(profile), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_the_simulators_layer_view_equals_the_plan():
+    from naspipe.sim.layout import SubnetLayers
+
+    plan = make_plan(4, blocks=7)
+    layout = SubnetLayers(plan)
+    for y in range(30):
+        for k in range(4):
+            assert layout.all(y)[k] == plan.stage_layers(y, k)
+            assert layout.trainable(y)[k] == plan.trainable_layers(y, k)
+
+
+def test_batch_max_runs_at_the_largest_batch_that_fits():
+    plan = make_plan(2)
+    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    base = SimSetup(plan, "gpipe", 8, PolicyOptions(max_inflight=4, bulk_size=2), costs, True)
+    at_config, _ = simulate_run(base)
+    from dataclasses import replace
+
+    at_max, _ = simulate_run(replace(base, batch="max"))
+    assert at_max["batch_size"] == at_config["max_batch"] > 8
+    assert at_max["throughput_samples_s"] > at_config["throughput_samples_s"]
+    assert at_max["device_bytes"] <= HW.usable_device_memory
+
+
+def test_context_cache_prefetching_beats_fetching_on_demand():
+    """csp with cache.enabled drives issue 9's DeviceCache and predictor; copies overlap compute."""
+    from dataclasses import replace
+
+    from naspipe.config import CacheConfig
+
+    plan = make_plan(3, blocks=9, candidates=3)
+    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    base = SimSetup(plan, "csp", 40, PolicyOptions(max_inflight=3, bulk_size=3), costs, True,
+                    cache=CacheConfig(enabled=True, budget="1.5x", horizon=8))
+    predicted, _ = simulate_run(base)
+    on_demand, _ = simulate_run(replace(base, cache=CacheConfig(enabled=True, budget="1.5x", horizon=0)))
+    resident, _ = simulate_run(replace(base, cache=None))
+    assert 0 < on_demand["cache_hit_rate"] < predicted["cache_hit_rate"] <= 1
+    assert predicted["swap_bytes"] > 0 and resident["swap_bytes"] == 0 and resident["cache_hit_rate"] == 1
+    assert predicted["host_bytes"] > 0 and predicted["device_bytes"] < resident["device_bytes"]

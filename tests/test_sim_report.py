@@ -1,0 +1,58 @@
+"""The simulated Table 2 and Figures 5 and 7 from ``naspipe simulate`` runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from naspipe.cli import main
+from naspipe.errors import UsageError
+from naspipe.report import sim_fig5, sim_fig7, sim_table2
+from naspipe.report.inputs import ReportInputs, load_inputs
+from naspipe.report.runinfo import read_run_info
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("sims")
+    dirs = []
+    for system in ("csp", "gpipe"):
+        for stages in (2, 4):
+            out = root / f"{system}-D{stages}"
+            assert main(["simulate", "--system", system, "--stages", str(stages), "--steps", "8", "--batch", "max",
+                         "--set", "space.blocks=6", "--out", str(out)]) == 0
+            dirs.append(out)
+    return dirs
+
+
+def test_simulated_sections_name_the_hardware_and_normalise_by_gpipe(sims):
+    inputs = ReportInputs(runs=[], simulated=[read_run_info(p) for p in sims])
+    table = sim_table2.build(inputs)
+    frame = table.frame
+    assert len(frame) == 4 and set(frame["hardware"]) == {"rtx2080ti-pcie3-40gbe"}
+    assert "simulated on rtx2080ti-pcie3-40gbe" in table.title
+    assert (frame.loc[frame["system"] == "gpipe", "throughput_vs_gpipe"] == 1.0).all()
+    assert (frame["batch"] == frame["max_batch"]).all()
+    for section in (sim_fig5.build(inputs), sim_fig7.build(inputs)):
+        assert section.png.startswith(b"\x89PNG") and "simulated" in section.title.lower()
+
+
+def test_simulated_sections_without_runs_say_so():
+    empty = ReportInputs(runs=[])
+    assert sim_table2.build(empty).frame.empty
+    fig5, fig7 = sim_fig5.build(empty), sim_fig7.build(empty)
+    assert "No simulated" in fig5.reading and "No simulated" in fig7.reading
+    assert fig5.png.startswith(b"\x89PNG") and fig7.png.startswith(b"\x89PNG")
+
+
+def test_a_trained_run_is_not_accepted_as_simulated(sims, tmp_path):
+    import json
+
+    fake = tmp_path / "trained"
+    fake.mkdir()
+    metrics = json.loads((sims[0] / "metrics.json").read_text())
+    del metrics["simulated"]
+    (fake / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(UsageError, match="not a 'naspipe simulate' run"):
+        load_inputs([], [], [], [fake])

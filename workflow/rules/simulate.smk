@@ -1,0 +1,21 @@
+"""Step 5b, simulate: the paper's evaluation in simulated time on a hardware spec (`naspipe simulate`).
+
+Config key `simulate` (optional; no jobs without it): every (space, system, stage count) of it
+is simulated on `simulate.hardware` with `simulate.costs` at `simulate.batch` (`max`: each
+system at the largest batch it fits, as in the paper's Table 2). Spaces are preset names and
+need no dataset: the simulator sizes layers from their shapes. A CPU-only job of seconds.
+"""
+
+
+rule simulate:
+    output:
+        directory("results/sim/{hardware}/{space}/{system}/D{stages}"),
+    log:
+        "results/logs/simulate/{hardware}/{space}/{system}/D{stages}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        args=simulate_args,
+    shell:
+        "python -m naspipe simulate {params.args} --overwrite --out {output} > {log} 2>&1"
