@@ -55,4 +55,4 @@ def test_a_trained_run_is_not_accepted_as_simulated(sims, tmp_path):
     del metrics["simulated"]
     (fake / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(UsageError, match="not a 'naspipe simulate' run"):
-        load_inputs([], [], [], [fake])
+        load_inputs([], [], [], simulated=[fake])
