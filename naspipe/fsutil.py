@@ -42,3 +42,22 @@ def atomic_write_json(path: Path | str, data: Any) -> None:
     """Sorted, indented JSON, so equal data gives equal bytes."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
+
+def read_json_object(path: Path, label: str) -> dict[str, Any]:
+    """A JSON object from ``path``; anything else is a one-line :class:`UsageError` starting with ``label``.
+
+    One reader for every small JSON input (partition files, reproducibility verdicts, a run's
+    metrics), so each reports an unreadable file, bad JSON and a non-object the same way.
+    """
+    from naspipe.errors import UsageError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{label}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        detail = f"{exc.msg}, line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise UsageError(f"{label}: not valid JSON ({detail})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{label}: expected a JSON object")
+    return data

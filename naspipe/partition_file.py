@@ -10,14 +10,13 @@ would silently move layers between stages. Torch-free: only JSON and the pure st
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_json
+from naspipe.fsutil import atomic_write_json, read_json_object
 from naspipe.partition import Partition
 
 
@@ -56,14 +55,7 @@ def write_partition_file(path: Path, data: PartitionFile) -> None:
 
 def read_partition_file(path: Path) -> PartitionFile:
     """Parse and validate the file's own consistency; UsageError naming the file and field."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"partition file {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"partition file {path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"partition file {path}: expected a JSON object")
+    raw = read_json_object(path, f"partition file {path}")
     try:
         data = PartitionFile(
             _field(raw, "space", str, path),

@@ -7,13 +7,13 @@ files come from ``naspipe reproducibility``; profiles are ``SPACE=F.csv`` pairs 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import read_json_object
 from naspipe.report.runinfo import RunInfo, read_run_info
 from naspipe.report.search_inputs import SearchResult, read_curve, read_search
 
@@ -70,13 +70,8 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"reproducibility file {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"reproducibility file {path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("space"), str) or not isinstance(data.get("runs"), list):
+    data = read_json_object(path, f"reproducibility file {path}")
+    if not isinstance(data.get("space"), str) or not isinstance(data.get("runs"), list):
         raise UsageError(f"reproducibility file {path}: expected an object with 'space' and a 'runs' list")
     for i, entry in enumerate(data["runs"]):
         missing = [k for k in REPRO_FIELDS if not isinstance(entry, dict) or k not in entry]

@@ -8,12 +8,12 @@ written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import read_json_object
 
 NEEDED = ("system", "space", "stages", "subnets", "makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s",
           "config")
@@ -61,14 +61,7 @@ def read_run_info(path: Path) -> RunInfo:
     if not path.is_dir():
         raise UsageError(f"run directory {path}: not found")
     file = path / "metrics.json"
-    try:
-        metrics = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{file}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{file}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(metrics, dict):
-        raise UsageError(f"{file}: expected a JSON object")
+    metrics = read_json_object(file, str(file))
     missing = [k for k in NEEDED if k not in metrics]
     if missing:
         raise UsageError(f"{file}: missing field {missing[0]!r}")
