@@ -9,6 +9,7 @@ keys other than ``space.name`` are the space's own options, validated by the spa
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import types
@@ -344,3 +345,25 @@ def describe_keys() -> str:
 
     walk(Config, "")
     return "\n".join(lines)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, steps_help: str) -> None:
+    """The flags every run-shaped command shares (``train``, ``simulate``): config file, the
+    explicit keys, and ``--set``; read back with :func:`config_from_args`."""
+    from naspipe.scheduling import POLICY_NAMES
+
+    p.add_argument("--config", type=Path, help="YAML config file (keys below)")
+    p.add_argument("--space", help="search space preset (e.g. toy, nlp.tiny, cv.tiny, nlp.c1); sets space.name")
+    p.add_argument("--system", help=f"scheduling policy: {', '.join(POLICY_NAMES)}")
+    p.add_argument("--stages", type=int, help="pipeline stages D")
+    p.add_argument("--steps", type=int, help=steps_help)
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (repeatable), e.g. --set optimizer.name=adam")
+
+
+def config_from_args(args: argparse.Namespace, **flags: Any) -> Config:
+    """The config of :func:`add_run_arguments`' flags plus a command's own ``flags`` (dotted keys)."""
+    explicit = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
+                "seed": args.seed, **flags}
+    return load_config(args.config, args.overrides, explicit)

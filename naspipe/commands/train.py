@@ -7,11 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from naspipe.config import describe_keys, load_config
+from naspipe.config import add_run_arguments, config_from_args, describe_keys
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    from naspipe.scheduling import POLICY_NAMES
 
     p: argparse.ArgumentParser = sub.add_parser(
         "train",
@@ -20,14 +19,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "Under torchrun or srun each process is one stage and --stages must equal the world size.",
         epilog="config keys (YAML file via --config, or --set key=value):\n" + describe_keys(),
     )
-    p.add_argument("--config", type=Path, help="YAML config file (keys below)")
-    p.add_argument("--space", help="search space preset (e.g. toy, nlp.tiny, cv.tiny, nlp.c1); sets space.name")
-    p.add_argument("--system", help=f"scheduling policy: {', '.join(POLICY_NAMES)}")
-    p.add_argument("--stages", type=int, help="pipeline stages D")
-    p.add_argument("--steps", type=int, help="subnets to train")
-    p.add_argument("--seed", type=int, help="random seed")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key (repeatable), e.g. --set optimizer.name=adam")
+    add_run_arguments(p, "subnets to train")
     p.add_argument("--subnet", type=Path, metavar="FILE",
                    help="retrain one fixed architecture every step: a subnet file such as a search's best.json "
                    "(sets config key subnet)")
@@ -66,9 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from naspipe.runtime.launch import StageFailed, train
     from naspipe.runtime.lifecycle import Interrupted
 
-    flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
-             "seed": args.seed, "checkpoint_every": args.checkpoint_every, "subnet": _subnet_choices(args.subnet)}
-    config = load_config(args.config, args.overrides, flags)
+    config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
     except StageFailed as exc:

@@ -6,6 +6,7 @@ scheduler keeps stages busy: the bubble panel shows how much of the added capaci
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -19,6 +20,12 @@ from naspipe.report.table2_systems import system_frame
 
 def build(inputs: ReportInputs) -> Figure:
     frame = system_frame(inputs)
+    return Figure("fig7_scaling", "Figure 7: throughput and bubble against stage count",
+                  render_scaling(frame, lambda label: f"{label} against stages"), _reading(frame))
+
+
+def render_scaling(frame: pd.DataFrame, title: Callable[[str], str]) -> bytes:
+    """The two Figure 7 panels (throughput, bubble against D per system), measured or simulated."""
     style = "space" if frame["space"].nunique() > 1 else None
 
     def draw(axes: Any) -> None:
@@ -29,14 +36,13 @@ def build(inputs: ReportInputs) -> Figure:
                 continue
             marks = {"style": style, "markers": True, "dashes": False} if style else {"marker": "o"}
             sns.lineplot(data=frame, x="stages", y=metric, hue="system", ax=ax, **marks)
-            ax.set(title=f"{label} against stages", xlabel="stages D", ylabel=label)
+            ax.set(title=title(label), xlabel="stages D", ylabel=label)
             ax.set_xticks(sorted(frame["stages"].unique()))
         if not frame.empty:  # one legend, beside the second panel, covering no data
             axes[0].get_legend().remove()
             sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
 
-    return Figure("fig7_scaling", "Figure 7: throughput and bubble against stage count", render(draw, 2),
-                  _reading(frame))
+    return render(draw, 2)
 
 
 def _reading(frame: pd.DataFrame) -> str:

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from naspipe.config import Config, describe_keys, load_config
+from naspipe.config import Config, add_run_arguments, config_from_args, describe_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
 from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs
@@ -27,7 +27,6 @@ DEFAULT_HARDWARE = "rtx2080ti-pcie3-40gbe"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    from naspipe.scheduling import POLICY_NAMES
 
     p: argparse.ArgumentParser = sub.add_parser(
         "simulate",
@@ -37,14 +36,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
         "max_batch, device_bytes, host_bytes) and trace.json.",
         epilog="config keys (YAML file via --config, or --set key=value):\n" + describe_keys(),
     )
-    p.add_argument("--config", type=Path, help="YAML config file (keys below)")
-    p.add_argument("--space", help="search space preset (e.g. nlp.c1, cv.c2); sets space.name")
-    p.add_argument("--system", help=f"scheduling policy: {', '.join(POLICY_NAMES)}")
-    p.add_argument("--stages", type=int, help="pipeline stages D")
-    p.add_argument("--steps", type=int, help="subnets to simulate")
-    p.add_argument("--seed", type=int, help="random seed (the subnet stream)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key (repeatable)")
+    add_run_arguments(p, "subnets to simulate")
     p.add_argument("--hardware", default=DEFAULT_HARDWARE,
                    help=f"hardware spec: a name ({', '.join(hardware_names())}) or a YAML file "
                    f"(default {DEFAULT_HARDWARE})")
@@ -60,9 +52,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
-             "seed": args.seed}
-    config = load_config(args.config, args.overrides, flags)
+    config = config_from_args(args)
     hardware = load_hardware(args.hardware)
     batch = _batch(args.batch)
     metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch)
