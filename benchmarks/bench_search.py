@@ -10,7 +10,7 @@
    candidates with the supernet's weights on the valid split; report the median over seeds
    of the best score found, by how much evolution's median exceeds random's, and on how many
    seeds evolution's best beats random's best of the same seed.
-4. Retrain (``naspipe train --subnet``, same steps, seed and options) every distinct
+4. Retrain (``naspipe train --subnet``, same steps, seeds and options) every distinct
    evolution winner and ``--random-retrains`` uniformly drawn subnets, and score each on
    ``--final-split`` with its own retrained weights (the paper's "search accuracy"). Report
    the overall winner (best one-shot score over seeds) against the random ones (how many it
@@ -21,7 +21,7 @@
 
     python benchmarks/bench_search.py [--space cv.tiny] [--steps 8192] [--seeds 5]
         [--population 8] [--generations 4] [--retrain-steps 1024] [--batches 25] [--metric loss]
-        [--data workflow|generated|DIR] [--final-split valid] [--json FILE]
+        [--retrain-seeds 1] [--data workflow|generated|DIR] [--final-split valid] [--json FILE]
 """
 
 from __future__ import annotations
@@ -115,6 +115,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--final-split", default="valid",
                    help="split of the retrained scores (prepared image shards have only val: valid)")
     p.add_argument("--random-retrains", type=int, default=10, help="random subnets retrained for the comparison")
+    p.add_argument("--retrain-seeds", type=int, default=1,
+                   help="retrain every subnet with training seeds 0..N-1 and score it by the mean (init/order noise)")
     p.add_argument("--metric", default="loss", help="score the search optimises (loss is minimised)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="extra training config override (after the config's train_options)")
@@ -134,16 +136,16 @@ class Bench:
         self.data = str(data) if data is not None else "generated"
         sets = [f"{k}={v}" for k, v in sorted(config.get("train_options", {}).items())]
         sets += ["progress=off", "threads=1", *args.overrides] + ([f"space.data={data}"] if data else [])
-        self.train_flags = ["--space", args.space, "--system", "csp", "--stages", "1", "--seed", "0",
+        self.train_flags = ["--space", args.space, "--system", "csp", "--stages", "1",
                             *(a for kv in sets for a in ("--set", kv))]
         self.score_flags = ["--batches", str(args.batches), "--calib-batches", str(args.calib_batches),
                             "--threads", "1"]
         self.supernet = self.root / "supernet"
         self.sign = -1.0 if args.metric == "loss" else 1.0  # higher is better after the sign
 
-    def train(self, out: Path, steps: int, subnet: Path | None = None) -> None:
+    def train(self, out: Path, steps: int, subnet: Path | None = None, seed: int = 0) -> None:
         extra = ["--subnet", str(subnet)] if subnet else []
-        check(main(["train", *self.train_flags, "--steps", str(steps), *extra, "--out", str(out)]))
+        check(main(["train", *self.train_flags, "--seed", str(seed), "--steps", str(steps), *extra, "--out", str(out)]))
 
     def search(self, method: str, seed: int) -> dict[str, Any]:
         out = self.root / f"{method}-{seed}"
@@ -162,15 +164,19 @@ class Bench:
         return read_rows(out)
 
     def retrain(self, choices: list[int]) -> dict[str, float]:
-        """The subnet trained alone and scored on ``--final-split`` with its own weights."""
+        """The subnet trained alone and scored on ``--final-split`` with its own weights (mean over seeds)."""
         name = "retrain-" + "-".join(map(str, choices))
-        run, subnet = self.root / name, self.root / f"{name}.json"
+        subnet = self.root / f"{name}.json"
         subnet.write_text(json.dumps({"choices": choices}))
-        self.train(run, self.args.retrain_steps, subnet)
-        check(main(["evaluate", "--run", str(run), "--subnets", str(subnet), "--split", self.args.final_split,
-                    *self.score_flags, "--out", str(run / "score.csv")]))
-        row = read_rows(run / "score.csv")[0]
-        return {k: float(v) for k, v in row.items() if k not in ("step", "subnet", "choices")}
+        scores: list[dict[str, float]] = []
+        for seed in range(self.args.retrain_seeds):
+            run = self.root / f"{name}-seed{seed}"
+            self.train(run, self.args.retrain_steps, subnet, seed)
+            check(main(["evaluate", "--run", str(run), "--subnets", str(subnet), "--split", self.args.final_split,
+                        *self.score_flags, "--out", str(run / "score.csv")]))
+            row = read_rows(run / "score.csv")[0]
+            scores.append({k: float(v) for k, v in row.items() if k not in ("step", "subnet", "choices")})
+        return {k: statistics.fmean(s[k] for s in scores) for k in scores[0]}
 
 
 def summarise(bench: Bench, found: dict[str, list[dict[str, Any]]], drawn: list[dict[str, str]],
@@ -191,6 +197,7 @@ def summarise(bench: Bench, found: dict[str, list[dict[str, Any]]], drawn: list[
            for m in dict.fromkeys([metric, TOP1.get(a.space, metric)])}
     return {
         "space": a.space, "data": bench.data, "supernet_steps": a.steps, "retrain_steps": a.retrain_steps,
+        "retrain_seeds": a.retrain_seeds,
         "metric": metric + (" (lower is better)" if metric == "loss" else ""),
         "evaluations_per_search": a.population * a.generations, "seeds": a.seeds,
         "one_shot_best_per_seed": best, "one_shot_median_best": medians,
