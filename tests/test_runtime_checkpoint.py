@@ -226,7 +226,7 @@ def test_shards_invisible_to_stage_0_fail_the_first_checkpoint(tmp_path):
     directory = tmp_path / "step-00000002"
     ckpt.save_stage(directory, 0, {}, {}, {})
     with pytest.raises(RuntimeError, match="shared filesystem"):
-        ckpt.write_manifest(directory, 2, 2, [0], {}, keep=2)
+        ckpt.write_manifest(directory, 2, 2, [0], {}, keep=2, wall_s=0.0)
 
 
 def test_checkpoint_size_does_not_grow_with_the_step_count(tmp_path):

@@ -12,6 +12,7 @@ stage processes (~40 s on a busy 2-core machine), so it is marked slow.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,31 @@ def test_every_checkpoint_gives_score_against_wall_time(tmp_path):
     walls = [float(r.split(",")[5]) for r in rows]
     assert steps == [2, 2, 4, 4, 6, 6, 8, 8]
     assert walls == sorted(walls) and walls[-1] > 0
+
+
+def test_a_resumed_runs_checkpoint_wall_time_leaves_out_the_pause(tmp_path, monkeypatch):
+    """The pause between an interrupted run and its resume is not training time: each manifest
+    records the training time so far (the resumed checkpoint's plus the new segment's)."""
+    every = ["--checkpoint-every", "2", "--set", "keep_checkpoints=4"]
+    run, work = tmp_path / "run", tmp_path / "run.partial"
+    monkeypatch.setenv("NASPIPE_FAIL_AT", "0:5")  # stage 0 fails in subnet 5's forward
+    with pytest.raises(RuntimeError, match="injected failure"):
+        train(run, "cv.tiny", "csp", 1, *every, steps=8)
+    monkeypatch.delenv("NASPIPE_FAIL_AT")
+    before = json.loads((work / "checkpoints" / "step-00000004" / "manifest.json").read_text())
+    time.sleep(1.0)  # the pause
+    train(run, "cv.tiny", "csp", 1, *every, "--resume", str(work), steps=8)  # continues in place
+    manifests = {s: json.loads((run / "checkpoints" / f"step-{s:08d}" / "manifest.json").read_text())
+                 for s in (2, 4, 6, 8)}
+    assert manifests[4] == before
+    assert [manifests[s]["wall_s"] for s in (2, 4, 6, 8)] == sorted(m["wall_s"] for m in manifests.values())
+    written = manifests[6]["written_at"] - manifests[4]["written_at"]
+    assert manifests[6]["wall_s"] - manifests[4]["wall_s"] < written - 0.5
+    out = tmp_path / "curve.csv"
+    assert main(["evaluate", "--run", str(run), "--sample", "1", "--batches", "1", "--every-checkpoint",
+                 "--out", str(out)]) == 0
+    walls = [float(r.split(",")[5]) for r in out.read_text().splitlines()[1:]]
+    assert walls == [manifests[s]["wall_s"] for s in (2, 4, 6, 8)]
 
 
 def test_retraining_the_best_subnet_trains_it_every_step(runs, tmp_path):

@@ -96,16 +96,23 @@ def _score(args: argparse.Namespace, targets: list[TrainedSupernet],
 
 
 def _where(target: TrainedSupernet, start: float | None, over_time: bool) -> list[object]:
-    """The row's checkpoint: its step, and over training time also the run it belongs to and its wall time."""
+    """The row's checkpoint: its step, and over training time also the run it belongs to and its wall time.
+
+    The wall time is the training time the checkpoint recorded (a resumed run's pause excluded);
+    checkpoints written before it was recorded fall back to the write time less the run's start.
+    """
     if not over_time:
         return [target.step]
-    wall = "" if start is None or target.written_at is None else target.written_at - start
+    wall: object = target.wall_s
+    if wall is None:
+        wall = "" if start is None or target.written_at is None else target.written_at - start
     c = target.config
     return [c.space_name, c.system, c.stages, c.seed, target.step, wall]
 
 
 def _start_time(run: Path, targets: list[TrainedSupernet]) -> float | None:
-    """When the run started (Unix time): the final checkpoint's write time less the run's wall time."""
+    """When the run started (Unix time): the final checkpoint's write time less the run's wall time
+    (only for checkpoints without a recorded training time; wrong across a resume's pause)."""
     from naspipe.search.supernet import run_wall_s
 
     wall, last = run_wall_s(run), targets[-1].written_at

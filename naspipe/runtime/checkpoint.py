@@ -13,8 +13,11 @@ one at its last step (``final_checkpoint``): the trained supernet, from which
   :mod:`naspipe.runtime.recorder`) were valid at the checkpoint. The logs are not copied
   into the checkpoint, so its size does not grow with the step count.
 - ``manifest.json``: written last by stage 0 after a barrier, with the SHA-256 of every file
-  above, the merged log lengths and ``written_at`` (Unix time; with ``metrics.json``'s
-  ``wall_s`` it places each checkpoint on the run's wall-clock axis, Figure 4's curves).
+  above, the merged log lengths, ``written_at`` (Unix time) and ``wall_s``: the training
+  wall time up to this checkpoint, summed over the segments of a resumed run (the resumed
+  checkpoint's ``wall_s`` plus the new segment's time), so a pause between a run and its
+  resume never counts as training time. It places each checkpoint on the run's wall-clock
+  axis (Figure 4's curves).
   Stage 0 hashes the shards itself, which also proves they
   are visible to it (multi-node runs need a shared filesystem). A folder without a manifest
   is incomplete: it is removed and never counts toward ``keep_checkpoints``.
@@ -70,8 +73,11 @@ def save_stage(directory: Path, stage: int, layers: dict[int, dict[str, torch.Te
 
 
 def write_manifest(directory: Path, step: int, stages: int, layers: list[int], config: dict[str, Any],
-                   keep: int) -> None:
-    """Stage 0, after every stage saved: hash every shard, write the manifest, apply retention."""
+                   keep: int, wall_s: float) -> None:
+    """Stage 0, after every stage saved: hash every shard, write the manifest, apply retention.
+
+    ``wall_s``: the run's training wall time up to this checkpoint, resumed segments included.
+    """
     names = [layer_file(lid) for lid in layers] + [stage_file(k) for k in range(stages)]
     missing = [n for n in names if not (directory / n).is_file()]
     if missing:
@@ -82,7 +88,8 @@ def write_manifest(directory: Path, step: int, stages: int, layers: list[int], c
         logs.update(json.loads((directory / stage_file(k)).read_text(encoding="utf-8"))["logs"])
     files = {n: file_sha256(directory / n) for n in names}
     atomic_write_json(directory / MANIFEST, {"format": FORMAT, "step": step, "stages": stages, "config": config,
-                                             "files": files, "logs": logs, "written_at": time.time()})
+                                             "files": files, "logs": logs, "written_at": time.time(),
+                                             "wall_s": wall_s})
     prune(directory.parent, keep)
 
 
@@ -196,6 +203,12 @@ def restore(checkpoint: Path, layers: dict[int, Any], optimizers: Any) -> int:
         if optimizer is not None:
             optimizers.load_state_dict(layer, optimizer)  # torch moves state to the param's device
     return int(read_manifest(checkpoint)["step"])
+
+
+def trained_wall_s(manifest: dict[str, Any]) -> float | None:
+    """The training wall time a checkpoint records (None for checkpoints written before it was recorded)."""
+    value = manifest.get("wall_s")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _is_int(value: Any) -> bool:

@@ -75,6 +75,8 @@ class StageWorker:
         self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         start = ckpt.restore(resume, self.layers, self.optimizers) if resume is not None else 0
+        # training time before this segment: a resume continues the resumed checkpoint's clock
+        self.wall_before = (ckpt.trained_wall_s(ckpt.read_manifest(resume)) or 0.0) if resume is not None else 0.0
         self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
         self.context = self._make_context() if config.cache.enabled else None
         self._held: dict[int, tuple[list[int], list[int]]] = {}  # subnet -> (layers kept until its update, dirty)
@@ -369,7 +371,8 @@ class StageWorker:
         if self.stage == 0:
             all_layers = list(range(self.job.space.structure.num_layers))
             ckpt.write_manifest(directory, step, self.job.plan.num_stages, all_layers,
-                                self.job.config.to_dict(), self.job.config.keep_checkpoints)
+                                self.job.config.to_dict(), self.job.config.keep_checkpoints,
+                                self.wall_before + self.recorder.now())
 
     # -- the end --------------------------------------------------------------
     def _say_goodbye(self) -> None:

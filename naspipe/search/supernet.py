@@ -33,6 +33,7 @@ class TrainedSupernet:
     config: Config
     space: SearchSpace
     written_at: float | None
+    wall_s: float | None  # training wall time up to this checkpoint, resumed segments summed (newer manifests)
     _params: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
 
     def layers(self, subnet: Subnet, device: torch.device) -> list[tuple[int, SpaceLayer]]:
@@ -59,7 +60,7 @@ def open_supernet(path: Path) -> TrainedSupernet:
     ckpt.verify(checkpoint, manifest, list(range(space.structure.num_layers)))
     written = manifest.get("written_at")
     return TrainedSupernet(checkpoint, int(manifest["step"]), config, space,
-                           float(written) if isinstance(written, (int, float)) else None)
+                           float(written) if isinstance(written, (int, float)) else None, ckpt.trained_wall_s(manifest))
 
 
 def find_weights(path: Path) -> Path:

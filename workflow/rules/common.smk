@@ -380,9 +380,14 @@ def search_dirs():
     return [r.replace("results/runs/", "results/search/", 1) for r in all_runs()]
 
 
-def eval_args():
+def search_settings(space):
+    """The `search` block with the space's own overrides (`spaces.SPACE.search`) applied."""
+    return {**config["search"], **config["spaces"][space].get("search", {})}
+
+
+def eval_args(wildcards):
     """The `naspipe evaluate`/`search` scoring options shared by the search rules."""
-    s = config["search"]
+    s = search_settings(wildcards.space)
     return (
         f"--split {s['split']} --batches {s['batches']} --beam {s['beam']} --calib-batches {s['calib_batches']} "
         f"--threads {config['threads_per_stage']} --device {config['device']}"
@@ -390,11 +395,11 @@ def eval_args():
 
 
 def search_args(wildcards):
-    s = config["search"]
+    s = search_settings(wildcards.space)
     metric = f" --metric {s['metric']}" if s.get("metric") else ""
     return (
         f"--method {s['method']} --population {s['population']} --generations {s['generations']} "
-        f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric} {eval_args()}"
+        f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric} {eval_args(wildcards)}"
     )
 
 
@@ -409,7 +414,7 @@ def retrain_args(wildcards):
         for key, value in sorted(config["train_options"].items())
         if key not in ("checkpoint_every", "keep_checkpoints")
     ]
-    steps = config["search"]["retrain_steps"]
+    steps = search_settings(wildcards.space)["retrain_steps"]
     return (
         f"--space {wildcards.space} --system csp --stages 1 --steps {steps} --seed {wildcards.seed} "
         f"{set_args(sets)}"
@@ -417,8 +422,8 @@ def retrain_args(wildcards):
 
 
 def curve_args(wildcards):
-    s = config["search"]
-    return f"--sample {s['curve_subnets']} --seed {s['seed']} {eval_args()}"
+    s = search_settings(wildcards.space)
+    return f"--sample {s['curve_subnets']} --seed {s['seed']} {eval_args(wildcards)}"
 
 
 def one_gpu():

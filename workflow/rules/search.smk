@@ -62,7 +62,7 @@ rule search_accuracy:
     resources:
         gpu=1 if CUDA else 0,
     params:
-        args=eval_args(),
+        args=eval_args,
         launcher=one_gpu(),
     shell:
         "{params.launcher} python -m naspipe evaluate --run {input.run} --subnets {input.search}/best.json "
