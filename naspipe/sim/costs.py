@@ -20,9 +20,10 @@ messages and copies. Three models:
   optimizer is priced analytically.
 
 Beyond the kernels every task pays ``hardware.task_overhead_s``, and a weight-stashing system
-(PipeDream) pays per layer of a forward or backward the stash: a clone of the parameters
-(read and written once at memory bandwidth) plus ``hardware.stash_overhead_s`` for running
-the layer on the clones (``torch.func.functional_call``), none of which a profile sees.
+(PipeDream) pays per layer of a forward the stash: a clone of the parameters (read and
+written once at memory bandwidth) plus ``hardware.stash_overhead_s`` for running the layer
+on the clones (``torch.func.functional_call``), none of which a profile sees. Its backward
+is ordinary autograd through the recorded graph (measured: no extra cost).
 """
 
 from __future__ import annotations
@@ -162,5 +163,5 @@ def backward_s(costs: CostModel, layers: tuple[int, ...], recompute: bool) -> tu
     if costs.per_task:
         return (1.0, 1.0) if recompute else (0.0, 2.0)
     r = sum(costs.layers[lid].recompute_s for lid in layers)
-    b = costs.hardware.task_overhead_s + stash_s(costs, layers) + sum(costs.layers[lid].backward_s for lid in layers)
+    b = costs.hardware.task_overhead_s + sum(costs.layers[lid].backward_s for lid in layers)
     return (r, b) if recompute else (0.0, b)

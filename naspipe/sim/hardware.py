@@ -15,8 +15,8 @@ host they are as large as the kernels (``benchmarks/bench_sim.py --fit`` measure
 - ``run_overhead_s``: once per run, inside the measured makespan: start-up before the first
   task and the final log sync and goodbye after the last.
 - ``copy_overhead_s``: per host-device copy call, on top of bytes / bandwidth.
-- ``stash_overhead_s``: per layer of a weight-stashing system's forward or backward, for
-  running it on parameter clones (beyond the clone's bytes; :mod:`naspipe.sim.costs`).
+- ``stash_overhead_s``: per layer of a weight-stashing system's forward, for running it on
+  parameter clones (beyond the clone's bytes; :mod:`naspipe.sim.costs`).
 - ``blocking_send``: a send holds its sender (gloo on CPU) for ``send_overhead_s`` plus
   bytes / bandwidth, plus, when the receiving process is computing, up to
   ``receiver_busy_s`` more (its receive thread waits for the interpreter lock, which a busy
@@ -61,7 +61,7 @@ class Hardware:
     task_gap_s: float  # per task outside any span (idle): the worker's scheduling and bookkeeping
     run_overhead_s: float  # once per run inside the makespan: start-up and shutdown
     copy_overhead_s: float  # per host-device copy call, beyond bytes / bandwidth
-    stash_overhead_s: float  # per layer of a weight-stashing forward or backward (functional_call on clones)
+    stash_overhead_s: float  # per layer of a weight-stashing forward (functional_call on clones)
     blocking_send: bool  # a send holds the sender (gloo on CPU); else it overlaps compute
     send_overhead_s: float  # blocking sends: the hold when the receiver is idle, beyond bytes / bandwidth
     receiver_busy_s: float  # blocking sends: the most a computing receiver adds to the hold
