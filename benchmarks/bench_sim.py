@@ -1,18 +1,25 @@
 """The simulator against the runtime, and the simulator at scale (benchmarks, not timed tests).
 
-``--runtime`` (default): on this machine, profile the space once (``naspipe profile``, the
-same space, batch and thread count as training), then for every system run the real
+Runtime part (default): on this machine, profile the space (``naspipe profile``, the same
+space, batch and thread count as training; once with and once without recomputation, each
+system simulated from the one matching how it runs), then for every system run the real
 multi-process runtime (D = 2, gloo) and ``naspipe simulate`` with ``--costs PROFILE.csv
 --hardware cpu-local`` on the same config and subnet stream; print measured and simulated
 throughput and bubble side by side, medians over ``--repeats`` (systems rotated per repeat
-as in bench_systems.py), the relative throughput error, the bubble difference, and whether
-the systems rank the same. Targets: within 10% and 0.05, same ranking.
+as in bench_systems.py), the relative throughput error, the bubble difference, whether the
+systems rank the same, and the load average the runs saw. Targets: within 10% and 0.05,
+same ranking. Measure on a quiet machine: the runtime's messages wait on the scheduler.
+
+``--fit`` also derives cpu-local's runtime constants from the measured traces (each a
+median; see :func:`fit_constants`), prints them as YAML for config/hardware/cpu-local.yaml
+and adds a column simulated with them, so a reader sees how much of the error is the
+constants and how much the model.
 
 ``--scale``: time the simulation of ``--scale-stages`` (64) stages x ``--scale-subnets``
 (100,000) subnets of a 126-block x 24-candidate space (128 positions) for each system given
 with ``--systems``, on one core: wall-clock seconds and simulated tasks per second.
 
-    .venv/bin/python benchmarks/bench_sim.py [--stages 2] [--steps 48] [--repeats 3] [--json FILE]
+    .venv/bin/python benchmarks/bench_sim.py [--steps 64] [--repeats 3] [--fit] [--json FILE]
     .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--systems csp,gpipe]
 """
 
@@ -20,10 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,53 +42,242 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from naspipe.cli import main as naspipe_main  # noqa: E402
 from naspipe.config import load_config  # noqa: E402
-from naspipe.sim.hardware import load_hardware  # noqa: E402
+from naspipe.sim.hardware import Hardware, load_hardware  # noqa: E402
 
 SYSTEMS = ("sequential", "csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler")
 TINY = ("space.blocks=8", "space.candidates=4", "space.dim=64", "space.seq_len=16", "space.batch_size=8")
 KEYS = ("throughput_samples_s", "bubble_ratio")
+BUSY = ("forward", "recompute", "backward", "optimizer")
+
+
+def profile_both(tmp: Path) -> dict[bool, Path]:
+    """The space profiled as training runs it: with recomputation and without (PipeDream)."""
+    paths = {}
+    for recompute in (True, False):
+        path = tmp / f"profile-{'rc' if recompute else 'norc'}.csv"
+        sets = [f"--set={item.removeprefix('space.')}" for item in TINY]
+        flag = "--recompute" if recompute else "--no-recompute"
+        assert naspipe_main(["profile", "--space", "toy", *sets, "--threads", "1", flag, "--quiet",
+                             "--out", str(path)]) == 0
+        paths[recompute] = path
+    return paths
+
+
+def run_config(system: str, args: argparse.Namespace, profile: Path) -> Any:
+    return load_config(None, [*TINY, "threads=1", f"partition_costs={profile}"],
+                       {"system": system, "stages": args.stages, "steps": args.steps, "seed": args.seed,
+                        "progress": "off"})
+
+
+def simulated(config: Any, hardware: Hardware, profiles: dict[bool, Path], out: Path) -> dict[str, Any]:
+    from naspipe.sim.cli import simulate_to
+    from naspipe.sim.run import effective_recompute
+
+    profile = profiles[effective_recompute(config.system, config.recompute)]
+    return simulate_to(config, hardware, str(profile), out, True)
 
 
 def runtime_vs_sim(args: argparse.Namespace) -> dict[str, Any]:
     from naspipe.runtime.launch import train
-    from naspipe.sim.cli import simulate_to
 
     systems = args.systems.split(",")
-    hardware = load_hardware("cpu-local")
-    runs: dict[str, dict[str, list[float]]] = {s: {f"{w}_{k}": [] for w in ("measured", "simulated") for k in KEYS}
-                                               for s in systems}
-    with tempfile.TemporaryDirectory() as tmp:
-        profile = Path(tmp) / "profile.csv"
-        sets = [f"--set={item}" for item in TINY if item.startswith("space.")]
-        sets = [s.replace("--set=space.", "--set=") for s in sets]
-        assert naspipe_main(["profile", "--space", "toy", *sets, "--threads", "1", "--quiet",
-                             "--out", str(profile)]) == 0
+    hardware = load_hardware(args.hardware)
+    runs: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in systems}
+    loads: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name) if args.keep is None else args.keep
+        tmp.mkdir(parents=True, exist_ok=True)
+        profiles = profile_both(tmp)
+        measured_dirs: dict[str, list[Path]] = defaultdict(list)
         for repeat in range(args.repeats):
             order = systems[repeat % len(systems):] + systems[:repeat % len(systems)]
             for system in order:
-                config = load_config(None, [*TINY, "threads=1", f"partition_costs={profile}"],
-                                     {"system": system, "stages": args.stages, "steps": args.steps,
-                                      "seed": args.seed, "progress": "off"})
-                measured = train(config, Path(tmp) / f"run-{system}-{repeat}")
-                simulated = simulate_to(config, hardware, str(profile), Path(tmp) / f"sim-{system}-{repeat}", False)
+                config = run_config(system, args, profiles[True])
+                loads.append(os.getloadavg()[0])
+                run_dir = tmp / f"run-{system}-{repeat}"
+                measured = train(config, run_dir)
                 assert measured is not None
+                measured_dirs[system].append(run_dir)
+                sim = simulated(config, hardware, profiles, tmp / f"sim-{system}-{repeat}")
                 for key in KEYS:
                     runs[system][f"measured_{key}"].append(measured[key])
-                    runs[system][f"simulated_{key}"].append(simulated[key])
+                    runs[system][f"simulated_{key}"].append(sim[key])
+        fitted = None
+        if args.fit:
+            fitted = fit_constants(args, hardware, profiles, measured_dirs)
+            for system in systems:
+                config = run_config(system, args, profiles[True])
+                sim = simulated(config, fitted, profiles, tmp / f"fit-{system}")
+                for key in KEYS:
+                    runs[system][f"fitted_{key}"].append(sim[key])
     medians = {s: {k: statistics.median(v) for k, v in r.items()} for s, r in runs.items()}
-    print(f"D={args.stages} steps={args.steps} repeats={args.repeats} space=toy {' '.join(TINY)}")
-    print(f"{'system':18} {'thr meas':>10} {'thr sim':>10} {'err':>7} {'bub meas':>9} {'bub sim':>8} {'diff':>6}")
+    print_table(args, systems, medians, loads, fitted is not None)
+    return {"runs": {s: dict(r) for s, r in runs.items()}, "medians": medians, "load_1min": loads,
+            "fitted": None if fitted is None else {k: getattr(fitted, k) for k in FITTED}}
+
+
+def print_table(args: argparse.Namespace, systems: list[str], medians: dict[str, dict[str, float]],
+                loads: list[float], fitted: bool) -> None:
+    print(f"D={args.stages} steps={args.steps} repeats={args.repeats} hardware={args.hardware} space=toy "
+          f"{' '.join(TINY)}; 1-min load during the runs: min {min(loads):.2f} median "
+          f"{statistics.median(loads):.2f} max {max(loads):.2f} ({os.cpu_count()} cores)")
+    columns = ("simulated", "fitted") if fitted else ("simulated",)
+    head = f"{'system':18} {'thr meas':>9} " + " ".join(f"{'thr ' + c[:3]:>8} {'err':>7}" for c in columns)
+    head += f" {'bub meas':>8} " + " ".join(f"{'bub ' + c[:3]:>8} {'diff':>6}" for c in columns)
+    print(head)
     for s in systems:
         m = medians[s]
-        err = m["simulated_throughput_samples_s"] / m["measured_throughput_samples_s"] - 1
-        diff = m["simulated_bubble_ratio"] - m["measured_bubble_ratio"]
-        print(f"{s:18} {m['measured_throughput_samples_s']:10.1f} {m['simulated_throughput_samples_s']:10.1f} "
-              f"{err:+7.1%} {m['measured_bubble_ratio']:9.3f} {m['simulated_bubble_ratio']:8.3f} {diff:+6.3f}")
+        thr, bub = m["measured_throughput_samples_s"], m["measured_bubble_ratio"]
+        line = f"{s:18} {thr:9.1f} "
+        line += " ".join(f"{m[f'{c}_throughput_samples_s']:8.1f} {m[f'{c}_throughput_samples_s'] / thr - 1:+7.1%}"
+                         for c in columns)
+        line += f" {bub:8.3f} " + " ".join(f"{m[f'{c}_bubble_ratio']:8.3f} {m[f'{c}_bubble_ratio'] - bub:+6.3f}"
+                                           for c in columns)
+        print(line)
     rank_m = sorted(systems, key=lambda s: -medians[s]["measured_throughput_samples_s"])
-    rank_s = sorted(systems, key=lambda s: -medians[s]["simulated_throughput_samples_s"])
     print("ranking measured: ", " > ".join(rank_m))
-    print("ranking simulated:", " > ".join(rank_s), "(same)" if rank_m == rank_s else "(differs)")
-    return {"runs": runs, "medians": medians}
+    for c in columns:
+        rank = sorted(systems, key=lambda s: -medians[s][f"{c}_throughput_samples_s"])
+        print(f"ranking {c + ':':10}", " > ".join(rank), "(same)" if rank == rank_m else "(differs)")
+    for c in columns:
+        errs = [abs(medians[s][f"{c}_throughput_samples_s"] / medians[s]["measured_throughput_samples_s"] - 1)
+                for s in systems]
+        diffs = [abs(medians[s][f"{c}_bubble_ratio"] - medians[s]["measured_bubble_ratio"]) for s in systems]
+        print(f"{c}: worst throughput error {max(errs):.1%} (target 10%), worst bubble difference "
+              f"{max(diffs):.3f} (target 0.05)")
+
+
+# -- fitting cpu-local's runtime constants from measured traces ---------------------------------
+
+FITTED = ("task_overhead_s", "task_gap_s", "run_overhead_s", "copy_overhead_s", "stash_overhead_s",
+          "send_overhead_s", "intra_host_latency", "receiver_busy_s")
+
+
+def spans(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """The measured trace's spans per stage, in time order, times in seconds."""
+    events = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            name = e["name"]
+            kind = e["cat"] if e["cat"] != "waiting" else re.sub(r"[0-9]+$", "", name)
+            out[e["tid"]].append({"kind": kind, "subnet": e.get("args", {}).get("subnet"),
+                                  "start": e["ts"] / 1e6, "end": (e["ts"] + e["dur"]) / 1e6})
+    for stage in out.values():
+        stage.sort(key=lambda e: e["start"])
+    return out
+
+
+def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[bool, Path],
+                  dirs: dict[str, list[Path]]) -> Hardware:
+    """cpu-local's runtime constants from the measured runs (every one a median over tasks):
+
+    - ``task_overhead_s``: a task's span minus its profiled kernels (forward, recompute +
+      backward, update), systems without weight stashing;
+    - ``stash_overhead_s``: PipeDream's forward beyond that, per layer;
+    - ``task_gap_s``: time between consecutive spans of a stage (outside any span);
+    - ``copy_overhead_s``: VPipe's swap-in spans (a few kB each: the bytes are negligible);
+    - ``send_overhead_s``: sends of ``sequential``, whose receiver is always idle;
+    - ``intra_host_latency``: from ``sequential``'s round trips (stage 0's send of F y to its
+      recompute of y, less stage 1's span from F y to its send of B y), halved;
+    - ``run_overhead_s``: makespan less the stages' span from stage 0's first task to the last
+      span's end;
+    - ``receiver_busy_s``: Python's switch interval (``sys.getswitchinterval``), not fitted;
+      PipeDream's sends to a computing peer are printed next to it as a check.
+    """
+    from naspipe.sim.cli import build_setup
+    from naspipe.sim.costs import backward_s, forward_s, stash_s, update_s, with_weight_stash
+    from naspipe.sim.run import effective_recompute
+
+    bare = replace(hardware, **{k: 0.0 for k in FITTED})
+    extra: dict[str, list[float]] = defaultdict(list)
+    stashing: list[tuple[float, int]] = []  # PipeDream: (span beyond kernels and clone bytes, layers)
+    for system, run_dirs in dirs.items():
+        config = run_config(system, args, profiles[True])
+        recompute = effective_recompute(system, config.recompute)
+        costs = build_setup(config, bare, str(profiles[recompute])).costs
+        plan = build_setup(config, bare, str(profiles[True])).plan
+        stash = with_weight_stash(costs, True)
+        for run_dir in run_dirs:
+            trace = spans(run_dir)
+            makespan = json.loads((run_dir / "metrics.json").read_text())["makespan_s"]
+            extra["run"].append(makespan - max(s[-1]["end"] for s in trace.values()) + trace[0][0]["start"])
+            for k, stage in trace.items():
+                extra["gap"].extend(b["start"] - a["end"] for a, b in zip(stage, stage[1:], strict=False))
+                for e in stage:
+                    y = e["subnet"]
+                    if y is None:
+                        continue
+                    layers = plan.stage_layers(y, k)
+                    if e["kind"] == "forward":
+                        model = forward_s(costs, layers)
+                    elif e["kind"] == "backward":
+                        recompute_span = [r for r in stage if r["kind"] == "recompute" and r["subnet"] == y]
+                        model = sum(backward_s(costs, layers, recompute))
+                        e = {**e, "start": recompute_span[0]["start"] if recompute_span else e["start"]}
+                    elif e["kind"] == "optimizer":
+                        model = update_s(costs, plan.trainable_layers(y, k))
+                    else:
+                        if system == "vpipe" and e["kind"].startswith("swap-in"):
+                            extra["copy"].append(e["end"] - e["start"])
+                        if e["kind"].startswith("send"):
+                            extra[f"send-{system}"].append(e["end"] - e["start"])
+                        continue
+                    over = e["end"] - e["start"] - model
+                    if system == "pipedream" and e["kind"] == "forward":
+                        stashing.append((over - stash_s(stash, layers), len(layers)))
+                    else:
+                        extra["task"].append(over)
+            if system == "sequential":
+                extra["latency"].extend(one_way_delays(trace))
+    task = statistics.median(extra["task"])
+    stash_per_layer = statistics.median((over - task) / n for over, n in stashing) if stashing else None
+    fitted = replace(
+        hardware,
+        task_overhead_s=task,
+        task_gap_s=statistics.median(extra["gap"]),
+        run_overhead_s=statistics.median(extra["run"]),
+        copy_overhead_s=statistics.median(extra["copy"]) if extra["copy"] else hardware.copy_overhead_s,
+        stash_overhead_s=hardware.stash_overhead_s if stash_per_layer is None else max(stash_per_layer, 0.0),
+        send_overhead_s=statistics.median(extra["send-sequential"]) if extra["send-sequential"]
+        else hardware.send_overhead_s,
+        intra_host_latency=statistics.median(extra["latency"]) if extra["latency"] else hardware.intra_host_latency,
+        receiver_busy_s=sys.getswitchinterval(),
+    )
+    print("fitted cpu-local constants (medians over the measured runs; paste into config/hardware/cpu-local.yaml):")
+    for key in FITTED:
+        print(f"  {key}: {getattr(fitted, key):.3e}    # spec: {getattr(hardware, key):.3e}")
+    if extra["send-pipedream"]:
+        most = fitted.send_overhead_s + fitted.receiver_busy_s
+        print(f"  (check: pipedream's median send {statistics.median(extra['send-pipedream']) * 1e3:.2f} ms, "
+              f"mostly to a computing peer; model: up to {most * 1e3:.2f} ms)")
+    return fitted
+
+
+def one_way_delays(trace: dict[int, list[dict[str, Any]]]) -> list[float]:
+    """Send start to the receiving stage's task start, from round trips where both stages waited idle."""
+    first: dict[tuple[int, str, int], dict[str, Any]] = {}
+    before: dict[tuple[int, str, int], str] = {}
+    for k, stage in trace.items():
+        previous = ""
+        for e in stage:
+            key = (k, e["kind"], e["subnet"])
+            if e["subnet"] is not None and key not in first:
+                first[key] = e
+                before[key] = previous
+            previous = e["kind"]
+    out = []
+    for (k, kind, y), send in first.items():
+        if k != 0 or kind != "send F":
+            continue
+        needed = [(1, "forward", y), (1, "send B", y), (0, "recompute", y)]
+        if not all(n in first for n in needed) or before[(1, "forward", y)] != "wait" \
+                or before[(0, "recompute", y)] != "wait":
+            continue
+        rtt = first[(0, "recompute", y)]["start"] - send["start"]
+        away = first[(1, "send B", y)]["start"] - first[(1, "forward", y)]["start"]
+        out.append((rtt - away) / 2)
+    return out
 
 
 def scale(args: argparse.Namespace) -> dict[str, Any]:
@@ -110,13 +310,16 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--stages", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=48)
+    parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--hardware", default="cpu-local", help="spec the runtime part simulates on")
+    parser.add_argument("--fit", action="store_true", help="fit cpu-local's runtime constants from the measured traces")
     parser.add_argument("--scale", action="store_true", help="time the simulator at 64 stages x 100,000 subnets")
     parser.add_argument("--scale-stages", type=int, default=64)
     parser.add_argument("--scale-subnets", type=int, default=100_000)
+    parser.add_argument("--keep", type=Path, help="keep the profiles and run directories here (must not hold runs)")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
     args = parser.parse_args()
     result = scale(args) if args.scale else runtime_vs_sim(args)

@@ -15,7 +15,15 @@ messages and copies. Three models:
   gradient and its state once).
 - a profile CSV (``naspipe profile``): measured forward and backward per op and position,
   as the partitioner reads them; the backward row includes the recompute when profiled
-  with recomputation, so it is split into the two. The optimizer is priced analytically.
+  with recomputation, so it is split into the two (profile a system that runs without
+  recomputation with ``naspipe profile --no-recompute``: its forward builds the graph). The
+  optimizer is priced analytically.
+
+Beyond the kernels every task pays ``hardware.task_overhead_s``, and a weight-stashing system
+(PipeDream) pays per layer of a forward the stash: a clone of the parameters (read and
+written once at memory bandwidth) plus ``hardware.stash_overhead_s`` for running the layer
+on the clones (``torch.func.functional_call``), none of which a profile sees. Its backward
+is ordinary autograd through the recorded graph (measured: no extra cost).
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ class CostModel:
     optimizer_states: int
     per_task: bool = False  # uniform: a task costs the same whatever its layers
     free_io: bool = False  # uniform: messages and copies take no time
+    stash_weights: bool = False  # forward and backward run on stashed parameter clones (PipeDream)
 
     def param_bytes(self, layer: int) -> float:
         return float(self.info[layer].params * FLOAT_BYTES)
@@ -124,10 +133,23 @@ def profile_costs(
     return CostModel(f"profile:{source}", tuple(layers), tuple(info), hardware, batch, states)
 
 
+def with_weight_stash(costs: CostModel, stash: bool) -> CostModel:
+    """The model for a system that does (or does not) stash weights; uniform costs ignore it."""
+    return costs if costs.per_task or costs.stash_weights == stash else replace(costs, stash_weights=stash)
+
+
+def stash_s(costs: CostModel, layers: tuple[int, ...]) -> float:
+    """Running ``layers`` on stashed clones: the clone at memory bandwidth plus a fixed cost per layer."""
+    if not costs.stash_weights:
+        return 0.0
+    hw = costs.hardware
+    return sum(hw.stash_overhead_s + 2 * costs.param_bytes(lid) / hw.memory_bandwidth for lid in layers)
+
+
 def forward_s(costs: CostModel, layers: tuple[int, ...]) -> float:
     if costs.per_task:
         return 1.0
-    return costs.hardware.task_overhead_s + sum(costs.layers[lid].forward_s for lid in layers)
+    return costs.hardware.task_overhead_s + stash_s(costs, layers) + sum(costs.layers[lid].forward_s for lid in layers)
 
 
 def update_s(costs: CostModel, trainable: tuple[int, ...]) -> float:

@@ -11,7 +11,12 @@ task order is the policy's own decision. What this adds is time:
 - a finished forward sends the activation to the next stage and a finished backward the
   gradient to the previous one, over that link (one message at a time per direction,
   latency + bytes / bandwidth), overlapping the sender's next task; the receiver's policy
-  learns of it when it arrives.
+  learns of it when it arrives. With ``blocking_send`` (gloo on CPU) the send is its own
+  event at the end of the compute: it holds the sender for :meth:`Hardware.send_hold_s`,
+  which depends on whether the receiver is computing at that moment, and the message
+  arrives a latency after the send began (see :mod:`naspipe.sim.hardware`);
+- after each task the stage stays idle for ``task_gap_s`` (the runtime's bookkeeping
+  between spans).
 
 With free messages the events, their order and hence every decision equal the driver's.
 Only stages that received an event since they were last asked are asked for a task, in
@@ -33,7 +38,7 @@ from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
-_DONE, _ARRIVE_F, _ARRIVE_B = 0, 1, 2
+_DONE, _ARRIVE_F, _ARRIVE_B, _SEND = 0, 1, 2, 3
 
 
 @dataclass
@@ -99,6 +104,8 @@ class _Engine:
         self.idle = [True] * d
         self.events: list[tuple[float, int, int, int, Task | int]] = []
         self.link_free: dict[tuple[int, int], float] = {}
+        self.computing_until = [0.0] * d  # when each stage's current compute (not its send) ends
+        self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s
         self.order = 0
         self.now = 0.0
         self.dirty: set[int] = set(range(d))
@@ -122,6 +129,8 @@ class _Engine:
             if what == _DONE:
                 self.idle[k] = True
                 self._finish(k, payload)  # type: ignore[arg-type]
+            elif what == _SEND:
+                self._blocking_send(k, payload)  # type: ignore[arg-type]
             elif what == _ARRIVE_F:
                 self.policies[k].forward_arrived(payload)  # type: ignore[arg-type]
             else:
@@ -150,16 +159,28 @@ class _Engine:
         free = self.copies[k].release(task, layers, end)
         if free > end:
             self._span(k, "waiting", "copy", end, free, task.subnet)
-        if self.blocking:  # the stage is held until its message is received (gloo's send on CPU)
-            dst = self._destination(k, task)
-            if dst is not None:
-                sent = self._transfer(k, dst, task.subnet, free)
-                self._span(k, "waiting", f"send {task.kind.value}{task.subnet}", free, sent, task.subnet)
-                free = sent
+        self.computing_until[k] = end
         result.tasks += 1
-        result.end = max(result.end, free)
         self.idle[k] = False
-        self._push(free, _DONE, k, task)
+        if self.blocking and self._destination(k, task) is not None:
+            self._push(free, _SEND, k, task)  # how long it holds depends on the receiver then
+            return
+        result.end = max(result.end, free)
+        self._push(free + self.gap, _DONE, k, task)
+
+    def _blocking_send(self, k: int, task: Task) -> None:
+        """Stage ``k`` sends ``task``'s message now and is held until gloo lets go; the message
+        reaches the receiver's policy a latency after the send began, or when the send ends."""
+        dst = self._destination(k, task)
+        assert dst is not None
+        nbytes = self._message_bytes(k, dst, task.subnet)
+        hardware = self.costs.hardware
+        sent = self.now + hardware.send_hold_s(k, dst, nbytes, self.computing_until[dst] - self.now)
+        self._span(k, "waiting", f"send {task.kind.value}{task.subnet}", self.now, sent, task.subnet)
+        arrive = max(sent, self.now + hardware.transfer_s(k, dst, nbytes))
+        self._push(arrive, _ARRIVE_F if task.kind is Kind.FORWARD else _ARRIVE_B, dst, task.subnet)
+        self.results[k].end = max(self.results[k].end, sent)
+        self._push(sent + self.gap, _DONE, k, task)
 
     def _compute(self, k: int, task: Task, layers: tuple[int, ...], start: float) -> float:
         y = task.subnet
@@ -199,8 +220,10 @@ class _Engine:
         dst = self._destination(k, task)
         if dst is None:
             return
+        if self.blocking:  # its arrival was scheduled when the send began
+            return
         what = _ARRIVE_F if task.kind is Kind.FORWARD else _ARRIVE_B
-        if self.costs.free_io or self.blocking:  # free, or already received while the sender waited
+        if self.costs.free_io:
             deliver = self.policies[dst].forward_arrived if what == _ARRIVE_F else self.policies[dst].backward_arrived
             deliver(task.subnet)
             self.dirty.add(dst)
@@ -209,11 +232,15 @@ class _Engine:
 
     def _transfer(self, src: int, dst: int, subnet: int, now: float) -> float:
         """When the activation after ``src``'s last layer (or its gradient) sent at ``now`` reaches ``dst``."""
-        costs = self.costs
-        boundary = self.layout.all(subnet)[min(src, dst)][-1]
-        nbytes = costs.boundary_bytes(boundary)
-        self.results[src].sent_bytes += nbytes
+        nbytes = self._message_bytes(src, dst, subnet)
         start = max(now, self.link_free.get((src, dst), 0.0))
-        arrive = start + costs.hardware.transfer_s(src, dst, nbytes)
+        arrive = start + self.costs.hardware.transfer_s(src, dst, nbytes)
         self.link_free[(src, dst)] = arrive
         return arrive
+
+    def _message_bytes(self, src: int, dst: int, subnet: int) -> float:
+        """Bytes of the activation after ``src``'s last layer (or its gradient), counted as sent."""
+        boundary = self.layout.all(subnet)[min(src, dst)][-1]
+        nbytes = self.costs.boundary_bytes(boundary)
+        self.results[src].sent_bytes += nbytes
+        return nbytes

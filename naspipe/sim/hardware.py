@@ -3,10 +3,26 @@
 A spec names what prices a run that the scheduling core does not: compute speed, memory
 sizes and the bandwidth and latency of every link a pipeline uses (host-device copies,
 GPU to GPU inside a host, the network between hosts). Stage ``k`` runs on GPU ``k`` and
-host ``k // gpus_per_host``, the placement the paper's testbed used. Every key is required
-(``task_overhead_s`` and ``blocking_send`` describe the runtime on that machine: the fixed
-cost of a task beyond its kernels, and whether a send holds the sender until received) and
+host ``k // gpus_per_host``, the placement the paper's testbed used. Every key is required and
 checked on load, so a typo is one line naming the file and key, never a silent default.
+
+Some keys describe the runtime on that machine rather than its silicon, because on a CPU
+host they are as large as the kernels (``benchmarks/bench_sim.py --fit`` measures them):
+
+- ``task_overhead_s``: per task, inside its span (busy): the worker's Python around the
+  profiled kernels (per-layer autograd units, the batch on stage 0, the loss on the last).
+- ``task_gap_s``: per task, outside any span (idle): policy, drain, bookkeeping.
+- ``run_overhead_s``: once per run, inside the measured makespan: start-up before the first
+  task and the final log sync and goodbye after the last.
+- ``copy_overhead_s``: per host-device copy call, on top of bytes / bandwidth.
+- ``stash_overhead_s``: per layer of a weight-stashing system's forward, for running it on
+  parameter clones (beyond the clone's bytes; :mod:`naspipe.sim.costs`).
+- ``blocking_send``: a send holds its sender (gloo on CPU) for ``send_overhead_s`` plus
+  bytes / bandwidth, plus, when the receiving process is computing, up to
+  ``receiver_busy_s`` more (its receive thread waits for the interpreter lock, which a busy
+  process yields after Python's switch interval); the message reaches the receiver's
+  policy ``*_latency`` after the send began (or when the send ends, if later). Without it,
+  sends overlap compute on a communication stream and the link serialises them.
 """
 
 from __future__ import annotations
@@ -41,8 +57,14 @@ class Hardware:
     intra_host_latency: float
     network_bandwidth: float
     network_latency: float
-    task_overhead_s: float  # fixed cost of every task beyond its kernels (the runtime's per-task bookkeeping)
-    blocking_send: bool  # a stage waits for its outgoing message to be received (gloo on CPU); else it overlaps
+    task_overhead_s: float  # per task inside its span, beyond the profiled kernels
+    task_gap_s: float  # per task outside any span (idle): the worker's scheduling and bookkeeping
+    run_overhead_s: float  # once per run inside the makespan: start-up and shutdown
+    copy_overhead_s: float  # per host-device copy call, beyond bytes / bandwidth
+    stash_overhead_s: float  # per layer of a weight-stashing forward (functional_call on clones)
+    blocking_send: bool  # a send holds the sender (gloo on CPU); else it overlaps compute
+    send_overhead_s: float  # blocking sends: the hold when the receiver is idle, beyond bytes / bandwidth
+    receiver_busy_s: float  # blocking sends: the most a computing receiver adds to the hold
 
     @property
     def effective_flops(self) -> float:
@@ -62,13 +84,20 @@ class Hardware:
         return self.network_latency + nbytes / self.network_bandwidth
 
     def copy_s(self, nbytes: float) -> float:
-        """Seconds to copy ``nbytes`` between host and device memory."""
-        return nbytes / self.host_device_bandwidth
+        """Seconds to copy ``nbytes`` between host and device memory (one copy call)."""
+        return self.copy_overhead_s + nbytes / self.host_device_bandwidth
+
+    def send_hold_s(self, src: int, dst: int, nbytes: float, receiver_busy_for: float) -> float:
+        """How long a blocking send holds stage ``src``; ``receiver_busy_for``: how much longer
+        ``dst`` computes (0 when idle or itself sending, which releases the interpreter lock)."""
+        bandwidth = self.intra_host_bandwidth if self.host_of(src) == self.host_of(dst) else self.network_bandwidth
+        return self.send_overhead_s + nbytes / bandwidth + min(self.receiver_busy_s, max(receiver_busy_for, 0.0))
 
 
 _INTS = {"gpus_per_host", "hosts"}
 _FRACTIONS = {"compute_efficiency"}
-_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s"}
+_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s", "task_gap_s",
+                 "run_overhead_s", "copy_overhead_s", "stash_overhead_s", "send_overhead_s", "receiver_busy_s"}
 
 
 def hardware_names() -> list[str]:

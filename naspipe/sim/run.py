@@ -17,7 +17,7 @@ from naspipe.profile.costs import position_layer_ids
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.sim.bound import longest_path, lower_bound
-from naspipe.sim.costs import CostModel, at_batch
+from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import memory_report
 from naspipe.sim.residency import (
@@ -86,6 +86,7 @@ def residency_for(setup: SimSetup) -> ResidencyFactory:
 def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
     """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked)."""
     recompute = effective_recompute(setup.system, setup.recompute)
+    setup = replace(setup, costs=with_weight_stash(setup.costs, POLICIES[setup.system].stash_weights))
     if setup.batch != "config":
         budgets = cache_budgets(setup) if uses_cache(setup) else None
         fit = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
@@ -102,7 +103,8 @@ def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object
 
 def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recompute: bool) -> dict[str, Any]:
     d, n = setup.plan.num_stages, result.subnets
-    makespan = result.makespan or 1e-9
+    # the runtime's measured span also holds its start-up and shutdown (hardware.run_overhead_s)
+    makespan = (result.makespan + (0.0 if setup.costs.free_io else setup.costs.hardware.run_overhead_s)) or 1e-9
     busy = [s.busy for s in result.stages]
     bound = lower_bound(max(busy, default=0.0), path)
     for s in result.stages:
