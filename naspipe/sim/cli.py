@@ -19,8 +19,9 @@ from typing import Any
 from naspipe.config import Config, add_run_arguments, config_from_args, describe_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
-from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs
+from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs, update_seconds
 from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
+from naspipe.sim.memory import optimizer_slots
 from naspipe.sim.run import SimSetup, simulate_run
 
 DEFAULT_HARDWARE = "rtx2080ti-pcie3-40gbe"
@@ -97,6 +98,7 @@ def build_setup(config: Config, hardware: Hardware, costs_spec: str) -> SimSetup
     infos = layer_infos(job.space)
     batch = int(job.space.options.get("batch_size", 1))
     costs = make_costs(costs_spec, job.space.structure, infos, hardware, batch, config.optimizer.name)
+    costs = with_optimizer_slots(costs, optimizer_slots(config.optimizer))
     trace_cap = min(config.trace_max_events, 200_000)
     return SimSetup(job.plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
                     cache=config.cache)
@@ -114,6 +116,19 @@ def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, 
     from naspipe.profile.rows import read_profile_csv
 
     return profile_costs(structure, read_profile_csv(path), infos, hardware, batch, optimizer, str(path))
+
+
+def with_optimizer_slots(costs: CostModel, slots: int) -> CostModel:
+    """The model with ``slots`` optimizer tensors per parameter (SGD without momentum keeps none, which
+    the optimizer's name alone does not say): its memory and its updates' memory traffic follow."""
+    from dataclasses import replace
+
+    if slots == costs.optimizer_states:
+        return costs
+    layers = costs.layers if costs.per_task else tuple(
+        replace(c, update_s=update_seconds(info.params, slots, costs.hardware))
+        for c, info in zip(costs.layers, costs.info, strict=True))
+    return replace(costs, layers=layers, optimizer_states=slots)
 
 
 def _write_trace(events: list[dict[str, object]], f: Any) -> None:
