@@ -104,7 +104,7 @@ class _Engine:
         d = len(policies)
         self.results = [StageResult() for _ in range(d)]
         self.idle = [True] * d
-        self.events: list[tuple[float, int, int, int, Task | Mirror]] = []
+        self.events: list[tuple[float, int, int, int, Task | int | Mirror]] = []
         self.link_free: dict[tuple[int, int], float] = {}
         self.order = 0
         self.now = 0.0
@@ -140,7 +140,7 @@ class _Engine:
             raise DeadlockError(f"stages {stalled} stalled at t={self.now} with subnets unfinished")
         return SimResult(self.results, self.copies, self.n)
 
-    def _push(self, time: float, what: int, stage: int, payload: Task | Mirror) -> None:
+    def _push(self, time: float, what: int, stage: int, payload: Task | int | Mirror) -> None:
         self.order += 1
         heapq.heappush(self.events, (time, self.order, what, stage, payload))
 
