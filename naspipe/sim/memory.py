@@ -70,6 +70,7 @@ class MemoryReport:
     host_bytes: float  # the fullest host
     max_batch: int  # 0: not even one sample fits
     per_stage: tuple[StageMemory, ...]
+    per_host: dict[int, float]  # host -> bytes (hosts holding nothing are absent)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def memory_report(plan: PipelinePlan, system: str, costs: CostModel, options: Po
         stages.append(StageMemory(fixed, per_sample))
     worst = max(s.at(costs.batch) for s in stages)
     return MemoryReport(worst, max(host.values(), default=0.0), max_batch(stages, hw.usable_device_memory),
-                        tuple(stages))
+                        tuple(stages), host)
 
 
 def _gradients(system: str, flight: int, h: StageHolding) -> float:
