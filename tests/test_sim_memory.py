@@ -116,15 +116,16 @@ def test_a_mirrored_layer_is_held_and_charged_on_every_stage_that_runs_it():
     # resident csp: every copy on the device with its Adam moments
     resident = memory_report(plan, "csp", costs, PolicyOptions(max_inflight=8), True, n)
     static = memory_report(replace_static(plan), "csp", costs, PolicyOptions(max_inflight=8), True, n)
-    extra = [resident.per_stage[k].fixed - static.per_stage[k].fixed for k in range(4)]
+    ours, theirs = stage_holdings(plan, costs, n), stage_holdings(replace_static(plan), costs, n)
     for k in range(4):
         copies = sum(costs.param_bytes(lid) for lid in mirrored[k]) * (1 + 2)
-        shares = stage_holdings(plan, costs, n)[k].share_max - stage_holdings(replace_static(plan), costs, n)[k].share_max
-        assert extra[k] == pytest.approx(copies + shares)
+        gradients = ours[k].share_max - theirs[k].share_max
+        assert resident.per_stage[k].fixed - static.per_stage[k].fixed == pytest.approx(copies + gradients)
     # with the context cache the copies live in host memory, once per stage holding them
     cached = memory_report(plan, "csp", costs, PolicyOptions(max_inflight=8), True, n, [1 << 30] * 4)
-    supernet = sum(costs.param_bytes(lid) for lid in range(plan.structure.num_layers)) * 3 - costs.param_bytes(0) * 2 \
-        - costs.param_bytes(plan.structure.num_layers - 1) * 2  # the frozen shared layers carry no moments
+    last = plan.structure.num_layers - 1
+    supernet = sum(costs.param_bytes(lid) for lid in range(last + 1)) * 3 \
+        - (costs.param_bytes(0) + costs.param_bytes(last)) * 2  # the frozen shared layers carry no moments
     assert sum(cached.per_host.values()) == pytest.approx(supernet + sum(
         costs.param_bytes(lid) * 3 for k in range(4) for lid in mirrored[k]))
 
