@@ -190,3 +190,20 @@ def test_the_simulated_cache_budget_and_layers_equal_the_runtimes(tmp_path, opti
     job = build_job(config)
     for k in range(3):
         assert stage_layer_ids(setup.plan, k, 8) == job.stage_layer_ids(k)
+
+
+def test_partition_by_costs_balances_the_simulated_compute():
+    from naspipe.sim.planning import plan_by_costs
+
+    static, per_subnet = plans(4, blocks=12)
+    s = static.structure
+    costs = analytic_costs([LayerInfo(p, 1e6 * (1 + (lid % 4 == 0) * 30), 4096.0, 65536.0)
+                            for lid, p in enumerate(widths(s))], HW, 8, "sgd")
+
+    def busiest(plan: PipelinePlan) -> float:
+        return max(sum(forward_s(costs, plan.stage_layers(y, k)) for y in range(64)) for k in range(4))
+
+    for plan in (static, per_subnet):
+        by_costs = plan_by_costs(plan, costs, recompute=True)
+        assert by_costs.mirrored == plan.mirrored and by_costs.stream is plan.stream
+        assert busiest(by_costs) < busiest(plan)

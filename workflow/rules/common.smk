@@ -200,6 +200,7 @@ def simulate_args(wildcards):
         f"--hardware {shlex.quote(str(SIMULATE['hardware']))}",
         f"--costs {shlex.quote(str(SIMULATE.get('costs', 'analytic')))}",
         f"--batch {SIMULATE.get('batch', 'max')}",
+        f"--partition-by {SIMULATE.get('partition_by', 'costs')}",
     ]
     optimizer = SIMULATE.get("optimizer") or {}
     args.append(f"--set optimizer.name={optimizer.get('name', 'sgd')}")
