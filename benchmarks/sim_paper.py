@@ -68,8 +68,9 @@ def figure7(rows: dict[tuple[str, int], dict[str, Any]]) -> str:
     for d in FIG7_STAGES:
         cells = [f"{rows[(s, d)]['throughput_samples_s']:.1f} (b{rows[(s, d)]['batch_size']}"
                  f"{'' if rows[(s, d)]['fits'] else ', OOM'})" for s in SYSTEMS]
-        ratio = rows[("csp", d)]["throughput_samples_s"] / rows[("gpipe", d)]["throughput_samples_s"]
-        lines.append(f"| {d} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+        csp, gpipe = rows[("csp", d)], rows[("gpipe", d)]
+        ratio = f"{csp['throughput_samples_s'] / gpipe['throughput_samples_s']:.2f}" if gpipe["fits"] else "-"
+        lines.append(f"| {d} | " + " | ".join(cells) + f" | {ratio} |")
     return "\n".join(lines)
 
 
