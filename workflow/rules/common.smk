@@ -210,9 +210,7 @@ def simulate_args(wildcards):
             "--set cache.enabled=true"
         )  # NASPipe with its context manager, as in the paper
     if wildcards.system in CACHE_SYSTEMS:  # only the csp family mirrors layers
-        args.append(
-            f"--set partition_mode={SIMULATE.get('partition_mode', 'static')}"
-        )
+        args.append(f"--set partition_mode={SIMULATE.get('partition_mode', 'static')}")
     return " ".join(args)
 
 
