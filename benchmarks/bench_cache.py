@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from naspipe import cli  # noqa: E402
 from naspipe.config import load_config  # noqa: E402
 from naspipe.context import DeviceCache  # noqa: E402
-from naspipe.runtime.context import layer_bytes, subnet_share  # noqa: E402
+from naspipe.runtime.context import layer_bytes  # noqa: E402
 from naspipe.runtime.job import build_job  # noqa: E402
 from naspipe.scheduling import StagePolicy, Task  # noqa: E402
 from naspipe.scheduling.driver import drive  # noqa: E402
@@ -67,14 +67,14 @@ def runtime_row(args: argparse.Namespace, size: int, horizon: int, out: Path) ->
 def virtual_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     config = load_config(None, space_args(args)[1::2], {"system": "csp", "stages": args.stages, "steps": args.steps})
     job = build_job(config)
-    plan, structure = job.plan, job.space.structure
+    plan = job.plan
     sizes: dict[int, int] = {}
     shares = []
     for stage in range(args.stages):
         stage_sizes = {lid: layer_bytes(job.space.build_layer(lid, 0), config.optimizer)
                        for lid in job.stage_layer_ids(stage)}
         sizes.update(stage_sizes)
-        shares.append(subnet_share(stage_sizes, structure.block_of))
+        shares.append(max(1, plan.largest_share(stage, args.steps, stage_sizes)))  # as the worker sizes its cache
     options = job.policy_options
     schedule = drive(plan, "csp", args.steps, options)
     rows = []

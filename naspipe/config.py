@@ -46,8 +46,8 @@ class CacheConfig:
         default=False,
     )
     budget: str = _doc(
-        "device cache size per stage: bytes (e.g. 1048576), or 'Kx' for K times one subnet's share of the "
-        "stage (its largest candidate per position, with gradients and optimizer state)",
+        "device cache size per stage: bytes (e.g. 1048576), or 'Kx' for K times the largest share of the "
+        "stage among the run's subnets (the layers it runs there, with gradients and optimizer state)",
         default="3x",
     )
     horizon: int = _doc("tasks the predictor looks ahead for prefetching; 0: fetch on demand", default=8)

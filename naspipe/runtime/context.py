@@ -47,16 +47,6 @@ def layer_bytes(module: nn.Module, optimizer: OptimizerConfig) -> int:
     return max(1, state + trainable * (1 + slots))
 
 
-def subnet_share(sizes: Mapping[int, int], block_of: Callable[[int], int | None]) -> int:
-    """Bytes of the largest subnet's layers among ``sizes``: a subnet uses one candidate per block."""
-    largest: dict[tuple[str, int], int] = {}
-    for lid, size in sizes.items():
-        block = block_of(lid)
-        key = ("layer", lid) if block is None else ("block", block)
-        largest[key] = max(largest.get(key, 0), size)
-    return sum(largest.values())
-
-
 class _Arena:
     """Bytes this manager holds on the device, and their peak (the CPU's 'device memory')."""
 

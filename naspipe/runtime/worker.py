@@ -24,7 +24,7 @@ import torch
 
 from naspipe.context import CacheCapacityError
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime.context import ContextManager, layer_bytes, subnet_share
+from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
@@ -111,10 +111,12 @@ class StageWorker:
         return report
 
     def _make_context(self) -> ContextManager:
-        """The device cache: its budget in bytes, or in multiples of one subnet's share of this stage."""
-        config, structure = self.job.config, self.job.space.structure
+        """The device cache: its budget in bytes, or in multiples of the largest share of this stage among
+        the run's subnets (what its largest task needs; with per-subnet partitions the stage also holds
+        layers it never runs, and a subnet's candidates are mostly smaller than the block's largest)."""
+        config = self.job.config
         sizes = {lid: layer_bytes(module, config.optimizer) for lid, module in self.layers.items()}
-        share = subnet_share(sizes, structure.block_of)
+        share = max(1, self.job.plan.largest_share(self.stage, self.steps, sizes))
         budget = config.cache.budget_bytes(share)
         if budget < share:  # some subnet's task may not fit: refuse at start, not at that task
             big = max(sizes, key=lambda lid: sizes[lid])

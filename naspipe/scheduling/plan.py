@@ -12,7 +12,7 @@ The static partition stays the layers' *home*: where a never-written layer is ch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from naspipe.partition import Partition, bottleneck_partition
@@ -119,6 +119,11 @@ class PipelinePlan:
                 if layer in want and layer not in found:
                     found[layer] = self.stage_of(subnet, layer)
         return {layer: found.get(layer, self.stage_of_layer(layer)) for layer in want}
+
+    def largest_share(self, stage: int, end: int, sizes: Mapping[int, int]) -> int:
+        """The most ``sizes`` bytes any subnet ``< end`` runs on ``stage``: the smallest device cache
+        that fits every task of the run there (a stage may hold layers none of them runs there)."""
+        return max((sum(sizes[lid] for lid in self.stage_layers(y, stage)) for y in range(end)), default=0)
 
     def users_before(self, layer: int, boundary: int) -> int:
         """How many subnets ``< boundary`` use ``layer`` (its version once they are done)."""

@@ -19,8 +19,9 @@ from typing import Any
 from naspipe.config import Config, add_run_arguments, config_from_args, describe_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
-from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs
+from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs, update_seconds
 from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
+from naspipe.sim.memory import optimizer_slots
 from naspipe.sim.run import SimSetup, simulate_run
 
 DEFAULT_HARDWARE = "rtx2080ti-pcie3-40gbe"
@@ -46,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--batch", default="config",
                    help="samples per subnet step: 'config' (the space's batch_size), 'max' (the largest batch "
                    "this system fits on the hardware, paper Table 2), or a number (default config)")
+    p.add_argument("--partition-by", choices=["config", "costs"], default="config",
+                   help="'config': partition as 'naspipe train' would (partition_costs, partition_file); 'costs': "
+                   "by the simulated layers' compute, as a profile on that hardware would (default config)")
     p.add_argument("--out", type=Path, required=True, help="output directory DIR (published complete, by rename)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR when this run completes")
     return p
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     hardware = load_hardware(args.hardware)
     batch = _batch(args.batch)
-    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch)
+    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch, args.partition_by)
     keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency", "max_batch")
     print(json.dumps({k: metrics[k] for k in keys}))
     return 0
@@ -70,16 +74,17 @@ def _batch(text: str) -> int | str:
 
 
 def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, overwrite: bool,
-                batch: int | str = "config") -> dict[str, Any]:
+                batch: int | str = "config", partition_by: str = "config") -> dict[str, Any]:
     """Check everything, simulate, then write and publish ``out``; returns the metrics."""
     from dataclasses import replace
 
     from naspipe.runtime import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
-    setup = replace(build_setup(config, hardware, costs_spec), batch=batch)
+    setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
     metrics, trace = simulate_run(setup)
-    metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch}
+    metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch,
+                         "partition_by": partition_by}
     if run_dir.work.exists():
         shutil.rmtree(run_dir.work)
     run_dir.work.mkdir(parents=True)
@@ -89,16 +94,22 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     return metrics
 
 
-def build_setup(config: Config, hardware: Hardware, costs_spec: str) -> SimSetup:
+def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_by: str = "config") -> SimSetup:
     from naspipe.runtime.job import build_job
     from naspipe.sim.layers import layer_infos
+    from naspipe.sim.planning import plan_by_costs
+    from naspipe.sim.run import effective_recompute
 
     job = build_job(config)
     infos = layer_infos(job.space)
     batch = int(job.space.options.get("batch_size", 1))
     costs = make_costs(costs_spec, job.space.structure, infos, hardware, batch, config.optimizer.name)
+    costs = with_optimizer_slots(costs, optimizer_slots(config.optimizer))
     trace_cap = min(config.trace_max_events, 200_000)
-    return SimSetup(job.plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
+    plan = job.plan
+    if partition_by == "costs" and not config.partition_file:
+        plan = plan_by_costs(plan, costs, effective_recompute(config.system, config.recompute))
+    return SimSetup(plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
                     cache=config.cache)
 
 
@@ -114,6 +125,19 @@ def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, 
     from naspipe.profile.rows import read_profile_csv
 
     return profile_costs(structure, read_profile_csv(path), infos, hardware, batch, optimizer, str(path))
+
+
+def with_optimizer_slots(costs: CostModel, slots: int) -> CostModel:
+    """The model with ``slots`` optimizer tensors per parameter (SGD without momentum keeps none, which
+    the optimizer's name alone does not say): its memory and its updates' memory traffic follow."""
+    from dataclasses import replace
+
+    if slots == costs.optimizer_states:
+        return costs
+    layers = costs.layers if costs.per_task else tuple(
+        replace(c, update_s=update_seconds(info.params, slots, costs.hardware))
+        for c, info in zip(costs.layers, costs.info, strict=True))
+    return replace(costs, layers=layers, optimizer_states=slots)
 
 
 def _write_trace(events: list[dict[str, object]], f: Any) -> None:

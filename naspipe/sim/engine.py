@@ -16,7 +16,12 @@ task order is the policy's own decision. What this adds is time:
   which depends on whether the receiver is computing at that moment, and the message
   arrives a latency after the send began (see :mod:`naspipe.sim.hardware`);
 - after each task the stage stays idle for ``task_gap_s`` (the runtime's bookkeeping
-  between spans).
+  between spans);
+- with per-subnet partitions, an update's mirrors (:meth:`StagePolicy.take_mirrors`: the
+  layer's parameters and optimizer state for its next user's stage) travel hop by hop over
+  the neighbour links, as the runtime relays them, and the receiver's policy and cache
+  learn of them on arrival (:meth:`_send_mirrors`). The runtime relays between tasks; here
+  a relay does not wait for the relaying stage's task, and a mirror never blocks its sender.
 
 With free messages the events, their order and hence every decision equal the driver's.
 Only stages that received an event since they were last asked are asked for a task, in
@@ -30,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from naspipe.scheduling.driver import DeadlockError
+from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
@@ -38,7 +44,7 @@ from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
-_DONE, _ARRIVE_F, _ARRIVE_B, _SEND = 0, 1, 2, 3
+_DONE, _ARRIVE_F, _ARRIVE_B, _SEND, _ARRIVE_M = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -47,6 +53,7 @@ class StageResult:
     tasks: int = 0
     end: float = 0.0
     sent_bytes: float = 0.0
+    mirror_bytes: float = 0.0  # mirrors this stage sent (relays not counted)
     order: list[Task] = field(default_factory=list)  # only when recorded
     trace: list[dict[str, object]] = field(default_factory=list)
     trace_dropped: int = 0
@@ -102,7 +109,7 @@ class _Engine:
         d = len(policies)
         self.results = [StageResult() for _ in range(d)]
         self.idle = [True] * d
-        self.events: list[tuple[float, int, int, int, Task | int]] = []
+        self.events: list[tuple[float, int, int, int, Task | int | Mirror]] = []
         self.link_free: dict[tuple[int, int], float] = {}
         self.computing_until = [0.0] * d  # when each stage's current compute (not its send) ends
         self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s
@@ -133,6 +140,8 @@ class _Engine:
                 self._blocking_send(k, payload)  # type: ignore[arg-type]
             elif what == _ARRIVE_F:
                 self.policies[k].forward_arrived(payload)  # type: ignore[arg-type]
+            elif what == _ARRIVE_M:
+                self._mirror_arrived(k, payload)  # type: ignore[arg-type]
             else:
                 self.policies[k].backward_arrived(payload)  # type: ignore[arg-type]
         stalled = [p.stage for p in self.policies if p.finished < self.n]
@@ -140,7 +149,7 @@ class _Engine:
             raise DeadlockError(f"stages {stalled} stalled at t={self.now} with subnets unfinished")
         return SimResult(self.results, self.copies, self.n)
 
-    def _push(self, time: float, what: int, stage: int, payload: Task | int) -> None:
+    def _push(self, time: float, what: int, stage: int, payload: Task | int | Mirror) -> None:
         self.order += 1
         heapq.heappush(self.events, (time, self.order, what, stage, payload))
 
@@ -214,6 +223,8 @@ class _Engine:
 
     def _finish(self, k: int, task: Task) -> None:
         self.policies[k].completed(task)
+        if task.kind is Kind.UPDATE and self.plan.mirrored:
+            self._send_mirrors(k)
         if task.kind is Kind.FORWARD and k == len(self.policies) - 1:
             self.policies[k].backward_arrived(task.subnet)
             return
@@ -229,6 +240,27 @@ class _Engine:
             self.dirty.add(dst)
             return
         self._push(self._transfer(k, dst, task.subnet, self.now), what, dst, task.subnet)
+
+    def _send_mirrors(self, k: int) -> None:
+        """Each mirror of ``k``'s update: relayed over neighbours to its stage, or delivered at once (free io)."""
+        costs = self.costs
+        for mirror in self.policies[k].take_mirrors():
+            nbytes = costs.param_bytes(mirror.layer) * (1 + costs.optimizer_states)
+            self.results[k].mirror_bytes += nbytes
+            if costs.free_io:
+                self._mirror_arrived(mirror.dst, mirror)
+                continue
+            at, step = self.now, 1 if mirror.dst > k else -1
+            for src in range(k, mirror.dst, step):
+                start = max(at, self.link_free.get((src, src + step), 0.0))
+                at = start + costs.hardware.transfer_s(src, src + step, nbytes)
+                self.link_free[(src, src + step)] = at
+            self._push(at, _ARRIVE_M, mirror.dst, mirror)
+
+    def _mirror_arrived(self, k: int, mirror: Mirror) -> None:
+        self.copies[k].replaced(mirror.layer)
+        self.policies[k].mirror_arrived(mirror.layer, mirror.version)
+        self.dirty.add(k)
 
     def _transfer(self, src: int, dst: int, subnet: int, now: float) -> float:
         """When the activation after ``src``'s last layer (or its gradient) sent at ``now`` reaches ``dst``."""

@@ -4,13 +4,18 @@
 the subnet's whole layer list each time, fine for a runtime doing real work per task but
 O(D x positions) per subnet here. This view computes every stage's slice in one pass and
 caches the most recent subnets (a pipeline only touches the few in flight); the answers are
-the plan's own (a test compares them).
+the plan's own (a test compares them), for static plans and for per-subnet ones (each
+subnet cut by its own partition, :meth:`PipelinePlan.partition_of`).
+
+:func:`stage_layer_ids` is the other question the memory model asks: which layers a stage
+builds and keeps at all, which with per-subnet partitions includes the mirrored copies.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from naspipe.profile.costs import position_layer_ids
 from naspipe.scheduling.plan import PipelinePlan
 
 StageSlices = tuple[tuple[int, ...], ...]
@@ -31,9 +36,22 @@ class SubnetLayers:
     def _all(self, subnet: int) -> StageSlices:
         choices = self.plan.stream[subnet].choices
         layers = self._prefix + tuple(o + c for o, c in zip(self._offsets, choices, strict=True)) + self._suffix
-        b = self._bounds
+        b = self.plan.partition_of(subnet).bounds if self.plan.mirrored else self._bounds
         return tuple(layers[b[k]:b[k + 1]] for k in range(len(b) - 1))
 
     def _trainable_slices(self, subnet: int) -> StageSlices:
         keep = self._trainable
         return tuple(tuple(lid for lid in stage if keep[lid]) for stage in self.all(subnet))
+
+
+def stage_layer_ids(plan: PipelinePlan, stage: int, subnets: int) -> list[int]:
+    """Every layer ``stage`` builds and keeps: all candidates of its home positions (the static
+    partition), and with per-subnet partitions every layer one of the first ``subnets`` subnets
+    runs there (a mirrored copy). The runtime's :meth:`naspipe.runtime.job.Job.stage_layer_ids`,
+    without torch (a test compares them)."""
+    home = {lid for p in plan.partition.positions(stage) for lid in position_layer_ids(plan.structure, p)}
+    if plan.mirrored:
+        layout = SubnetLayers(plan)
+        for subnet in range(subnets):
+            home.update(layout.all(subnet)[stage])
+    return sorted(home)

@@ -1,31 +1,58 @@
-"""Device and host memory per system, and from it the largest batch that fits (paper Table 2 "Batch").
+"""Device and host memory per system, as the runtime allocates it, and the largest batch that fits.
 
-Per stage, bytes are a fixed part (parameters, gradients, optimizer state, stashes) plus a
-part linear in the batch (activations); the largest batch is where the worst stage meets
-the device's usable memory. What is resident follows each system's policy class flags:
+Per stage, bytes are a fixed part plus a part linear in the batch (activations); the largest
+batch (paper Table 2 "Batch") is where the fullest stage meets the device's usable memory.
+Every term follows what the runtime holds (fp32 tensors, 4 bytes per element):
 
-- gpipe, pipedream, sequential: the stage's whole slice of the supernet (every candidate)
-  with its optimizer state, plus the stashed gradients of the subnets in flight;
-  pipedream also stashes one weight version per subnet in flight (``D - k`` on stage k).
-- csp with ``cache.enabled`` (NASPipe's context manager): the device cache's budget (the
-  runtime's ``cache.budget``: parameters, gradients and optimizer state move together); the
-  supernet lives in host memory. Without the cache csp keeps its slice like gpipe.
-- vpipe: only the running task's layers (swapped synchronously); the supernet on the host.
+- **Parameters.** Resident systems (gpipe, pipedream, sequential, csp without the cache)
+  build every layer of the stage on the device: all candidates of its home positions and,
+  with per-subnet partitions, every layer a subnet of the run places there (a mirrored copy,
+  :func:`naspipe.sim.layout.stage_layer_ids`; the runtime's ``Job.stage_layer_ids``).
+- **Optimizer state** (:func:`optimizer_slots`): per trainable parameter, Adam's two
+  moments, SGD's momentum buffer (none with ``momentum: 0``: torch keeps no state then).
+  The runtime creates it at a layer's first update and never frees it, so this model
+  charges it for *every* trainable layer the stage holds: the steady state of a run long
+  enough to have trained each candidate once (the paper trains thousands of subnets; a
+  short run holds less). Frozen shared layers have none.
+- **Gradients** exist from a subnet's backward to its update and are freed by it
+  (``zero_grad(set_to_none=True)``); only the layers the subnet used have them. csp and
+  sequential apply the update right after the backward (one subnet's share); pipedream too,
+  but it keeps one weight version per subnet in flight (``D - k`` on stage ``k``); gpipe
+  keeps each subnet's gradients apart until the bulk's flush (``bulk_size`` shares).
+- **csp with** ``cache.enabled``: the device holds the context cache's budget (parameters,
+  gradients and optimizer state of cached layers move together) and the host holds every
+  layer of the stage with its optimizer state. vpipe holds the running task's layers (at
+  the update with gradient and state) and parks the bulk's stashed gradients on the host.
+- **Activations** per sample: with recomputation a subnet in flight keeps only its stage
+  input, plus one subnet's full activations during a backward; without it (pipedream) each
+  subnet in flight keeps its full activations. In flight on a stage: ``max_inflight`` for
+  csp, ``bulk_size`` for the bulk-synchronous systems, ``D - k`` for pipedream, 1 for
+  sequential.
 
-Activations: with recomputation a subnet in flight keeps only its stage input, and one
-subnet's full activations exist during a backward; without it (pipedream) every subnet in
-flight keeps its full activations.
+One subnet's share of a stage (its trainable parameters there, its activations, its stage
+input) is measured on the run's own subnets: the mean where several subnets' copies add up
+(stashes, inputs in flight), the largest where one subnet's alone matters (the backward in
+progress, the update). Left out: CUDA context and allocator slack (the hardware spec's
+``device_reserved``), batch-norm buffers, mirror messages in flight, and the host copies the
+resident systems build before moving layers to the device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from naspipe.profile.costs import position_layer_ids
+from naspipe.config import OptimizerConfig
 from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.sim.costs import FLOAT_BYTES, CostModel
-from naspipe.space.structure import SpaceStructure
+from naspipe.sim.layout import SubnetLayers, stage_layer_ids
+
+
+def optimizer_slots(optimizer: OptimizerConfig) -> int:
+    """Tensors of optimizer state per parameter, as torch keeps them (the runtime's ``layer_bytes``)."""
+    if optimizer.name == "adam":
+        return 2
+    return 1 if optimizer.momentum > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -43,38 +70,88 @@ class MemoryReport:
     host_bytes: float  # the fullest host
     max_batch: int  # 0: not even one sample fits
     per_stage: tuple[StageMemory, ...]
+    per_host: dict[int, float]  # host -> bytes (hosts holding nothing are absent)
 
 
-def memory_report(plan: PipelinePlan, system: str, costs: CostModel, inflight: int, recompute: bool,
-                  cache_budgets: list[int] | None = None) -> MemoryReport:
+@dataclass(frozen=True)
+class StageHolding:
+    """What one stage holds, in bytes, before any system's rule is applied."""
+
+    params: float  # every layer the stage builds (parameters, frozen ones included)
+    trainable: float  # of which trainable (they get gradients and optimizer state)
+    share_mean: float  # one subnet's trainable parameters here: mean over the run's subnets
+    share_max: float  # ... and the largest
+    acts_mean: float  # one subnet's activations per sample (kept without recomputation)
+    acts_max: float
+    input_mean: float  # the stage input per sample (kept with recomputation)
+
+
+def stage_holdings(plan: PipelinePlan, costs: CostModel, subnets: int) -> list[StageHolding]:
+    """Per stage, the bytes the memory rules combine; shares measured on the first ``subnets`` subnets."""
+    structure, layout = plan.structure, SubnetLayers(plan)
+    n = max(1, subnets)
+    out = []
+    for k in range(plan.num_stages):
+        layers = stage_layer_ids(plan, k, n)
+        shares, acts, inputs = [], [], []
+        for y in range(n):
+            here = layout.all(y)[k]
+            shares.append(sum(costs.param_bytes(lid) for lid in layout.trainable(y)[k]))
+            acts.append(sum(costs.info[lid].act_bytes for lid in here))
+            inputs.append(costs.info[layout.all(y)[k - 1][-1]].out_bytes if k else 0.0)
+        out.append(StageHolding(
+            params=sum(costs.param_bytes(lid) for lid in layers),
+            trainable=sum(costs.param_bytes(lid) for lid in layers if structure.is_trainable(lid)),
+            share_mean=sum(shares) / n, share_max=max(shares), acts_mean=sum(acts) / n, acts_max=max(acts),
+            input_mean=sum(inputs) / n))
+    return out
+
+
+def in_flight(system: str, stage: int, num_stages: int, options: PolicyOptions) -> int:
+    """Subnets between their forward and their backward on ``stage`` at most (stashes, inputs kept)."""
+    policy = POLICIES[system]
+    if policy.stash_weights:  # pipedream's 1F1B
+        return num_stages - stage
+    if policy.bulk_synchronous:  # one bulk in flight
+        return options.bulk_size
+    return 1 if system == "sequential" else options.max_inflight
+
+
+def memory_report(plan: PipelinePlan, system: str, costs: CostModel, options: PolicyOptions, recompute: bool,
+                  subnets: int, cache_budgets: list[int] | None = None) -> MemoryReport:
     """``cache_budgets``: per stage, the context cache's bytes (csp with ``cache.enabled``)."""
-    structure, hw = plan.structure, costs.hardware
+    hw = costs.hardware
     states = costs.optimizer_states
+    policy = POLICIES[system]
     stages = []
     host: dict[int, float] = {}
-    for k in range(plan.num_stages):
-        positions = plan.partition.positions(k)
-        slice_bytes = sum(costs.param_bytes(lid) for p in positions for lid in _layers_at(structure, p))
-        share = sum(_mean(costs.param_bytes(lid) for lid in _layers_at(structure, p)) for p in positions)
-        acts = sum(_mean(costs.info[lid].act_bytes for lid in _layers_at(structure, p)) for p in positions)
-        stage_input = costs.info[_layers_at(structure, positions.start - 1)[0]].out_bytes if positions.start else 0.0
-        in_flight = plan.num_stages - k if system == "pipedream" else (1 if system == "sequential" else inflight)
+    for k, h in enumerate(stage_holdings(plan, costs, subnets)):
+        flight = in_flight(system, k, plan.num_stages, options)
         if cache_budgets is not None:
             fixed = float(cache_budgets[k])
-        elif system == "vpipe":
-            fixed = share * (2 + states)
+        elif policy.swap_parameters:  # the running task's layers; at its update with gradient and state
+            fixed = h.share_max * (2 + states) + (h.params - h.trainable)
         else:
-            fixed = slice_bytes * (1 + states) + in_flight * share
-            if system == "pipedream":
-                fixed += in_flight * share  # weight stash
-        if cache_budgets is not None or system == "vpipe":
-            host[hw.host_of(k)] = host.get(hw.host_of(k), 0.0) + slice_bytes * (2 + states)
-        keeps_all = system == "pipedream" or not recompute
-        per_sample = in_flight * (acts if keeps_all else stage_input) + (0.0 if keeps_all else acts)
+            fixed = h.params + states * h.trainable + _gradients(system, flight, h)
+        if cache_budgets is not None or policy.swap_parameters:
+            stash = flight * h.share_mean if policy.swap_parameters else 0.0  # vpipe parks gradients on the host
+            host[hw.host_of(k)] = host.get(hw.host_of(k), 0.0) + h.params + states * h.trainable + stash
+        keeps_all = not recompute
+        per_sample = flight * h.acts_mean if keeps_all else flight * h.input_mean + h.acts_max
         stages.append(StageMemory(fixed, per_sample))
     worst = max(s.at(costs.batch) for s in stages)
     return MemoryReport(worst, max(host.values(), default=0.0), max_batch(stages, hw.usable_device_memory),
-                        tuple(stages))
+                        tuple(stages), host)
+
+
+def _gradients(system: str, flight: int, h: StageHolding) -> float:
+    """Gradients (and pipedream's weight stash) of the subnets between backward and update."""
+    policy = POLICIES[system]
+    if policy.stash_weights:  # update right after the backward; one stashed weight version per subnet in flight
+        return h.share_max + flight * h.share_mean
+    if policy.stash_gradients:  # each subnet's gradients kept apart until the bulk's flush
+        return flight * h.share_mean
+    return h.share_max  # csp, sequential: the update follows the backward at once
 
 
 def max_batch(stages: list[StageMemory], budget: float) -> int:
@@ -82,13 +159,4 @@ def max_batch(stages: list[StageMemory], budget: float) -> int:
     return max(0, min(fits))
 
 
-def _layers_at(structure: SpaceStructure, position: int) -> list[int]:
-    return position_layer_ids(structure, position)
-
-
-def _mean(values: Iterable[float]) -> float:
-    items = list(values)
-    return sum(items) / len(items) if items else 0.0
-
-
-__all__ = ["FLOAT_BYTES", "MemoryReport", "StageMemory", "memory_report"]
+__all__ = ["FLOAT_BYTES", "MemoryReport", "StageHolding", "StageMemory", "memory_report", "optimizer_slots"]

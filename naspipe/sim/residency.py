@@ -54,6 +54,9 @@ class Residency(Protocol):
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         """When the stage may start its next task after ``task`` ended at ``now``."""
 
+    def replaced(self, layer: int) -> None:
+        """A newer state of ``layer`` arrived from another stage (mirroring)."""
+
 
 class Resident:
     """Every layer of the stage stays on the device: each use is a hit, nothing is copied."""
@@ -67,6 +70,9 @@ class Resident:
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         return now
+
+    def replaced(self, layer: int) -> None:
+        """The mirror overwrites the resident copy in place: nothing to copy."""
 
 
 class SynchronousSwap:
@@ -90,6 +96,9 @@ class SynchronousSwap:
             return now  # unchanged parameters are dropped, not copied back
         per_param = 1 if task.kind is Kind.BACKWARD else 1 + self.costs.optimizer_states  # gradient / new state
         return self._copy(self._bytes(layers, per_param), now, inbound=False)
+
+    def replaced(self, layer: int) -> None:
+        """VPipe never mirrors (static partitions only)."""
 
     def _copy(self, nbytes: float, now: float, inbound: bool) -> float:
         if inbound:
@@ -145,6 +154,15 @@ class ContextCache:
         self.cache.release(layers, dirty=task.kind is Kind.UPDATE)
         return now
 
+    def replaced(self, layer: int) -> None:
+        """As the runtime's ``ContextManager.replace``: wait for a copy in flight, drop the device copy
+        (the host copy is overwritten; the next use fetches it)."""
+        if layer in self.landing:
+            del self.landing[layer]
+            self.cache.arrived(layer)
+        if self.cache.holds(layer):
+            self.cache.discard(layer)
+
     def _land(self, now: float) -> None:
         for lid in [lid for lid, t in self.landing.items() if t <= now]:
             del self.landing[lid]
@@ -170,13 +188,3 @@ def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
         per_param = 2 + costs.optimizer_states if structure.is_trainable(lid) else 1
         sizes[lid] = max(1, int(costs.param_bytes(lid)) * per_param)
     return sizes
-
-
-def stage_share(sizes: dict[int, int], structure: SpaceStructure, layers: list[int]) -> int:
-    """One subnet's largest share of a stage: its largest candidate per block (the runtime's ``subnet_share``)."""
-    largest: dict[tuple[str, int], int] = {}
-    for lid in layers:
-        block = structure.block_of(lid)
-        key = ("layer", lid) if block is None else ("block", block)
-        largest[key] = max(largest.get(key, 0), sizes[lid])
-    return sum(largest.values())

@@ -13,7 +13,6 @@ from typing import Any
 
 from naspipe.config import CACHE_SYSTEMS, CacheConfig
 from naspipe.errors import UsageError
-from naspipe.profile.costs import position_layer_ids
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.sim.bound import longest_path, lower_bound
@@ -26,7 +25,6 @@ from naspipe.sim.residency import (
     Resident,
     SynchronousSwap,
     cache_sizes,
-    stage_share,
 )
 
 
@@ -53,14 +51,14 @@ def uses_cache(setup: SimSetup) -> bool:
 
 
 def cache_budgets(setup: SimSetup) -> list[int]:
-    """Each stage's device cache in bytes, as the runtime's worker sizes it."""
+    """Each stage's device cache in bytes, as the runtime's worker sizes it (``Kx``: K times the largest
+    share of the stage among the run's subnets, :meth:`PipelinePlan.largest_share`)."""
     assert setup.cache is not None
     plan, structure = setup.plan, setup.plan.structure
     sizes = cache_sizes(setup.costs, structure)
     budgets = []
     for k in range(plan.num_stages):
-        layers = [lid for p in plan.partition.positions(k) for lid in position_layer_ids(structure, p)]
-        share = stage_share(sizes, structure, layers)
+        share = max(1, plan.largest_share(k, setup.subnets, sizes))
         budget = setup.cache.budget_bytes(share)
         if budget < share:
             raise UsageError(f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {k} "
@@ -89,14 +87,14 @@ def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object
     setup = replace(setup, costs=with_weight_stash(setup.costs, POLICIES[setup.system].stash_weights))
     if setup.batch != "config":
         budgets = cache_budgets(setup) if uses_cache(setup) else None
-        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
+        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
                             budgets).max_batch
         batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
                       residency_for(setup), trace_max_events=setup.trace_max_events)
     path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute)
-    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options.max_inflight, recompute,
+    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
                            cache_budgets(setup) if uses_cache(setup) else None)
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
 
@@ -130,8 +128,10 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recom
         "swap_bytes": sum(c.stats.in_bytes + c.stats.out_bytes for c in copies),
         "swap_wait_s": sum(c.stats.wait_s for c in copies),
         "swap_fetches": float(sum(c.stats.misses for c in copies)),
+        "mirror_bytes": sum(s.mirror_bytes for s in result.stages),
         "recompute_effective": recompute,
-        "stage_extra": [{"tasks": s.tasks, "sent_bytes": s.sent_bytes, "trace_dropped": s.trace_dropped,
+        "stage_extra": [{"tasks": s.tasks, "sent_bytes": s.sent_bytes, "mirror_bytes": s.mirror_bytes,
+                         "trace_dropped": s.trace_dropped,
                          "recompute": float(recompute), "cache_hit_rate": c.stats.hit_rate}
                         for s, c in zip(result.stages, copies, strict=True)],
         "simulated": True,

@@ -200,11 +200,17 @@ def simulate_args(wildcards):
         f"--hardware {shlex.quote(str(SIMULATE['hardware']))}",
         f"--costs {shlex.quote(str(SIMULATE.get('costs', 'analytic')))}",
         f"--batch {SIMULATE.get('batch', 'max')}",
+        f"--partition-by {SIMULATE.get('partition_by', 'costs')}",
     ]
+    optimizer = SIMULATE.get("optimizer") or {}
+    args.append(f"--set optimizer.name={optimizer.get('name', 'sgd')}")
+    args.append(f"--set optimizer.momentum={optimizer.get('momentum', 0.0)}")
     if SIMULATE.get("cache", True) and wildcards.system in CACHE_SYSTEMS:
         args.append(
             "--set cache.enabled=true"
         )  # NASPipe with its context manager, as in the paper
+    if wildcards.system in CACHE_SYSTEMS:  # only the csp family mirrors layers
+        args.append(f"--set partition_mode={SIMULATE.get('partition_mode', 'static')}")
     return " ".join(args)
 
 

@@ -1,0 +1,32 @@
+"""The run's partition from the simulated task costs: what a profile on the simulated hardware would give.
+
+``naspipe train`` partitions by ``partition_costs``: parameter counts by default, or a profile
+measured on the machine (``naspipe profile``), which is what the paper's systems balance
+(torchgpipe's ``balance`` by time, NASPipe's partitioner by profiled compute). A simulated
+machine has no profile, but its cost model is one: ``--partition-by costs`` rebuilds the
+plan from each layer's simulated compute (forward, recompute when the system recomputes,
+backward), as the run would with a profile CSV of those seconds. Static plans balance each
+position's mean over its candidates (:func:`naspipe.runtime.job.position_costs`' rule);
+per-subnet plans give each candidate its own cost. A ``partition_file`` still wins.
+"""
+
+from __future__ import annotations
+
+from naspipe.partition import balanced_partition
+from naspipe.profile.costs import position_layer_ids
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.sim.costs import CostModel
+
+
+def plan_by_costs(plan: PipelinePlan, costs: CostModel, recompute: bool) -> PipelinePlan:
+    """``plan``'s structure, stream and mode, split by the simulated seconds of each layer."""
+    structure = plan.structure
+    seconds = [c.forward_s + c.backward_s + (c.recompute_s if recompute else 0.0) for c in costs.layers]
+    positions = []
+    for p in range(structure.num_positions):
+        ids = position_layer_ids(structure, p)
+        positions.append(sum(seconds[lid] for lid in ids) / len(ids))
+    partition = balanced_partition(positions, plan.num_stages)
+    if plan.mirrored:
+        return PipelinePlan.per_subnet(structure, partition, plan.stream, seconds)
+    return PipelinePlan(structure, partition, plan.stream)
