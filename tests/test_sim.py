@@ -197,3 +197,30 @@ def test_context_cache_prefetching_beats_fetching_on_demand():
     assert 0 < on_demand["cache_hit_rate"] < predicted["cache_hit_rate"] <= 1
     assert predicted["swap_bytes"] > 0 and resident["swap_bytes"] == 0 and resident["cache_hit_rate"] == 1
     assert predicted["host_bytes"] > 0 and predicted["device_bytes"] < resident["device_bytes"]
+
+
+@pytest.mark.parametrize("model", ["uniform", "analytic"])
+@pytest.mark.parametrize("recompute", [True, False])
+def test_the_engines_cost_table_equals_the_scalar_costs_bit_for_bit(model, recompute):
+    """The hot loop reads precomputed seconds; they must be exactly what the cost functions return."""
+    from naspipe.sim.layout import SubnetLayers
+    from naspipe.sim.tables import BLOCK, CostTable
+
+    plan = make_plan(6, blocks=11, candidates=3, seed=3)
+    hw = load_hardware("rtx2080ti-pcie3-40gbe")  # 4 GPUs per host: links inside a host and across
+    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, "adam")
+    table, layout, d = CostTable(plan, costs, recompute, keep=1), SubnetLayers(plan), plan.num_stages
+    for y in [*range(40), BLOCK - 1, BLOCK, 3 * BLOCK + 5, 7]:
+        block = table.block(y // BLOCK)
+        for k in range(d):
+            i = (y % BLOCK) * d + k
+            layers, trainable = layout.all(y)[k], layout.trainable(y)[k]
+            assert block.forward[i] == forward_s(costs, layers)
+            assert (block.recompute[i], block.backward[i]) == backward_s(costs, layers, recompute)
+            assert block.update[i] == update_s(costs, trainable)
+            assert block.uses[i] == 2 * len(layers) + len(trainable)
+            if k < d - 1:
+                nbytes = costs.boundary_bytes(layers[-1])
+                assert block.msg_bytes[i] == nbytes
+                assert block.msg_s[i] == (0.0 if costs.free_io else hw.transfer_s(k, k + 1, nbytes))
+    assert len(table.blocks) == 2  # evicting a block it needs again made it keep one more

@@ -28,9 +28,10 @@ from naspipe.scheduling.driver import DeadlockError
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
-from naspipe.sim.costs import CostModel, backward_s, forward_s, update_s
+from naspipe.sim.costs import CostModel
 from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident
+from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostBlock, CostTable
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
 _DONE, _ARRIVE_F, _ARRIVE_B = 0, 1, 2
@@ -87,133 +88,226 @@ def simulate(
 
 
 class _Engine:
+    """One run's state; :meth:`run` is the hot loop, written flat with locals (see the module docstring)."""
+
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
                  copies: list[Residency], record_order: bool, trace_max: int) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
+        self.table = CostTable(plan, costs, recompute)
         self.blocking = costs.hardware.blocking_send and not costs.free_io
-        self.recompute, self.copies = recompute, copies
+        self.copies = copies
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
-        d = len(policies)
-        self.results = [StageResult() for _ in range(d)]
-        self.idle = [True] * d
-        self.events: list[tuple[float, int, int, int, Task | int]] = []
-        self.link_free: dict[tuple[int, int], float] = {}
-        self.order = 0
+        self.results = [StageResult() for _ in policies]
         self.now = 0.0
-        self.dirty: set[int] = set(range(d))
 
-    def run(self) -> SimResult:
-        first = self.policies[0]
-        events, pop = self.events, heapq.heappop
+    def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
+        policies, n, d = self.policies, self.n, len(self.policies)
+        last = d - 1
+        first = policies[0]
+        may_admit, admit = first.may_admit, first.admit
+        next_task = [p.next_task for p in policies]
+        completed = [p.completed for p in policies]
+        forward_arrived = [p.forward_arrived for p in policies]
+        backward_arrived = [p.backward_arrived for p in policies]
+        table = self.table
+        blocks = table.blocks
+        copies = self.copies
+        generic = any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
+        all_layers, trainable_layers = self.layout.all, self.layout.trainable
+        blocking = self.blocking
+        direct = self.costs.free_io or blocking  # the receiver learns of a message when its sender finishes
+        record = self.record_order
+        orders = [r.order for r in self.results]
+        trace_left = self.trace_left
+        tracing = any(trace_left)
+        forward_s, recompute_s, backward_s, update_s = [0.0] * d, [0.0] * d, [0.0] * d, [0.0] * d
+        waiting_s, sent_bytes = [0.0] * d, [0.0] * d
+        tasks, spans, ends, hits = [0] * d, [0] * d, [0.0] * d, [0] * d
+        link_up, link_down = [0.0] * d, [0.0] * d  # when the link k -> k+1 (k -> k-1) is free again
+        running: list[Task | None] = [None] * d
+        events: list[tuple[float, int, int, int, int]] = []  # (time, order, what, stage, subnet)
+        push, pop = heapq.heappush, heapq.heappop
+        forward, backward, update = Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE
+        order = 0
+        now = 0.0
+        ask: tuple[int, ...] = tuple(range(d))  # stages that had an event since last asked, ascending
+        check_admission = True  # stage 0's state changed since may_admit last said no
         while True:
-            while first.admitted < self.n and first.may_admit(first.admitted):
-                first.admit(first.admitted)
-                self.dirty.add(0)
-            if self.dirty:
-                for k in sorted(self.dirty):
-                    if self.idle[k]:
-                        self._try_start(k)
-                self.dirty.clear()
+            if check_admission:
+                check_admission = False
+                while first.admitted < n and may_admit(first.admitted):
+                    admit(first.admitted)
+                    if ask[0]:
+                        ask = (0, *ask)
+            for k in ask:
+                if running[k] is not None:
+                    continue
+                if not k:
+                    check_admission = True
+                task = next_task[k]()
+                if task is None:
+                    continue
+                kind, y, _ = task
+                blk = blocks.get(y >> BLOCK_SHIFT)
+                if blk is None:
+                    blk = table.block(y >> BLOCK_SHIFT)
+                i = (y & BLOCK_MASK) * d + k
+                if record:
+                    orders[k].append(task)
+                if generic:
+                    layers = (trainable_layers if kind is update else all_layers)(y)[k]
+                    start = copies[k].acquire(task, layers, now)
+                    if start > now:
+                        waiting_s[k] += start - now
+                        spans[k] += 1
+                else:
+                    start = now
+                if kind is forward:
+                    mid = start
+                    end = start + blk.forward[i]
+                    forward_s[k] += end - start
+                elif kind is backward:
+                    r = blk.recompute[i]
+                    if r:
+                        mid = start + r
+                        recompute_s[k] += mid - start
+                        spans[k] += 1
+                    else:
+                        mid = start
+                    end = mid + blk.backward[i]
+                    backward_s[k] += end - mid
+                else:
+                    mid = start
+                    end = start + blk.update[i]
+                    update_s[k] += end - start
+                    if not generic:  # forward, backward and this update each found their layers resident
+                        hits[k] += blk.uses[i]
+                free = end
+                if generic:
+                    free = copies[k].release(task, layers, end)
+                    if free > end:
+                        waiting_s[k] += free - end
+                        spans[k] += 1
+                sent = free
+                sends = blocking and ((kind is forward and k < last) or (kind is backward and k > 0))
+                if sends:  # the stage is held until its message is received (gloo's send on CPU)
+                    sent = self._send(k, kind is forward, blk, i, free, link_up, link_down, sent_bytes)
+                    waiting_s[k] += sent - free
+                    spans[k] += 1
+                if tracing and trace_left[k] > 0:
+                    recomputes = kind is backward and bool(blk.recompute[i])
+                    self._trace(k, task, (now, start, mid, end, free, sent), recomputes, sends)
+                tasks[k] += 1
+                ends[k] = sent
+                running[k] = task
+                order += 1
+                push(events, (sent, order, _DONE, k, y))
             if not events:
                 break
-            self.now, _, what, k, payload = pop(events)
-            self.dirty.add(k)
+            now, _, what, k, y = pop(events)
+            if not k:
+                check_admission = True
             if what == _DONE:
-                self.idle[k] = True
-                self._finish(k, payload)  # type: ignore[arg-type]
+                task = running[k]
+                assert task is not None
+                running[k] = None
+                completed[k](task)
+                kind = task[0]
+                if kind is forward:
+                    if k == last:
+                        backward_arrived[k](y)
+                        ask = (k,)
+                    elif direct:
+                        forward_arrived[k + 1](y)
+                        ask = (k, k + 1)
+                    else:
+                        blk = blocks.get(y >> BLOCK_SHIFT) or table.block(y >> BLOCK_SHIFT)
+                        i = (y & BLOCK_MASK) * d + k
+                        t = link_up[k]
+                        if now > t:
+                            t = now
+                        t += blk.msg_s[i]
+                        link_up[k] = t
+                        sent_bytes[k] += blk.msg_bytes[i]
+                        order += 1
+                        push(events, (t, order, _ARRIVE_F, k + 1, y))
+                        ask = (k,)
+                elif kind is backward and k:
+                    if direct:
+                        backward_arrived[k - 1](y)
+                        ask = (k - 1, k)
+                        if k == 1:
+                            check_admission = True
+                    else:
+                        blk = blocks.get(y >> BLOCK_SHIFT) or table.block(y >> BLOCK_SHIFT)
+                        i = (y & BLOCK_MASK) * d + k - 1  # the boundary before stage k
+                        t = link_down[k]
+                        if now > t:
+                            t = now
+                        t += blk.msg_s[i]
+                        link_down[k] = t
+                        sent_bytes[k] += blk.msg_bytes[i]
+                        order += 1
+                        push(events, (t, order, _ARRIVE_B, k - 1, y))
+                        ask = (k,)
+                else:
+                    ask = (k,)
             elif what == _ARRIVE_F:
-                self.policies[k].forward_arrived(payload)  # type: ignore[arg-type]
+                forward_arrived[k](y)
+                ask = (k,)
             else:
-                self.policies[k].backward_arrived(payload)  # type: ignore[arg-type]
-        stalled = [p.stage for p in self.policies if p.finished < self.n]
+                backward_arrived[k](y)
+                ask = (k,)
+        self.now = now
+        stalled = [p.stage for p in policies if p.finished < n]
         if stalled:
-            raise DeadlockError(f"stages {stalled} stalled at t={self.now} with subnets unfinished")
-        return SimResult(self.results, self.copies, self.n)
+            raise DeadlockError(f"stages {stalled} stalled at t={now} with subnets unfinished")
+        for k, result in enumerate(self.results):
+            result.seconds.update(forward=forward_s[k], recompute=recompute_s[k], backward=backward_s[k],
+                                  optimizer=update_s[k], waiting=waiting_s[k])
+            result.tasks, result.end, result.sent_bytes = tasks[k], ends[k], sent_bytes[k]
+            result.trace_dropped = tasks[k] + spans[k] - len(result.trace)
+            if not generic:
+                copies[k].stats.hits += hits[k]
+        return SimResult(self.results, copies, n)
 
-    def _push(self, time: float, what: int, stage: int, payload: Task | int) -> None:
-        self.order += 1
-        heapq.heappush(self.events, (time, self.order, what, stage, payload))
+    def _send(self, k: int, up: bool, blk: CostBlock, i: int, now: float, link_up: list[float],
+              link_down: list[float], sent_bytes: list[float]) -> float:
+        """A blocking send from stage ``k`` at ``now``: when it is received (and the link is free again)."""
+        links, j = (link_up, i) if up else (link_down, i - 1)
+        t = links[k]
+        if now > t:
+            t = now
+        t += blk.msg_s[j]
+        links[k] = t
+        sent_bytes[k] += blk.msg_bytes[j]
+        return t
 
-    def _try_start(self, k: int) -> None:
-        task = self.policies[k].next_task()
-        if task is None:
-            return
-        result = self.results[k]
-        if self.record_order:
-            result.order.append(task)
-        layers = (self.layout.trainable if task.kind is Kind.UPDATE else self.layout.all)(task.subnet)[k]
-        start = self.copies[k].acquire(task, layers, self.now)
-        if start > self.now:
-            self._span(k, "waiting", "copy", self.now, start, task.subnet)
-        end = self._compute(k, task, layers, start)
-        free = self.copies[k].release(task, layers, end)
-        if free > end:
-            self._span(k, "waiting", "copy", end, free, task.subnet)
-        if self.blocking:  # the stage is held until its message is received (gloo's send on CPU)
-            dst = self._destination(k, task)
-            if dst is not None:
-                sent = self._transfer(k, dst, task.subnet, free)
-                self._span(k, "waiting", f"send {task.kind.value}{task.subnet}", free, sent, task.subnet)
-                free = sent
-        result.tasks += 1
-        result.end = max(result.end, free)
-        self.idle[k] = False
-        self._push(free, _DONE, k, task)
-
-    def _compute(self, k: int, task: Task, layers: tuple[int, ...], start: float) -> float:
-        y = task.subnet
-        if task.kind is Kind.FORWARD:
-            return self._span(k, "forward", f"F{y}", start, start + forward_s(self.costs, layers), y)
-        if task.kind is Kind.UPDATE:
-            return self._span(k, "optimizer", f"U{y}", start, start + update_s(self.costs, layers), y)
-        r, b = backward_s(self.costs, layers, self.recompute)
-        mid = self._span(k, "recompute", f"R{y}", start, start + r, y) if r else start
-        return self._span(k, "backward", f"B{y}", mid, mid + b, y)
-
-    def _span(self, k: int, category: str, name: str, start: float, end: float, subnet: int) -> float:
-        result = self.results[k]
-        result.seconds[category] += end - start
-        if self.trace_left[k] > 0:
-            self.trace_left[k] -= 1
-            result.trace.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": k,
-                                 "ts": round(start * 1e6, 3), "dur": round((end - start) * 1e6, 3),
-                                 "args": {"subnet": subnet}})
+    def _trace(self, k: int, task: Task, times: tuple[float, float, float, float, float, float],
+               recomputes: bool, sends: bool) -> None:
+        """The task's spans, in time order, into stage ``k``'s trace while its budget lasts."""
+        kind, y, _ = task
+        now, start, mid, end, free, sent = times
+        spans: list[tuple[str, str, float, float]] = []
+        if start > now:
+            spans.append(("waiting", "copy", now, start))
+        if kind is Kind.FORWARD:
+            spans.append(("forward", f"F{y}", start, end))
+        elif kind is Kind.UPDATE:
+            spans.append(("optimizer", f"U{y}", start, end))
         else:
-            result.trace_dropped += 1
-        return end
-
-    def _destination(self, k: int, task: Task) -> int | None:
-        """The stage ``task``'s message goes to, if it sends one."""
-        if task.kind is Kind.FORWARD and k < len(self.policies) - 1:
-            return k + 1
-        if task.kind is Kind.BACKWARD and k > 0:
-            return k - 1
-        return None
-
-    def _finish(self, k: int, task: Task) -> None:
-        self.policies[k].completed(task)
-        if task.kind is Kind.FORWARD and k == len(self.policies) - 1:
-            self.policies[k].backward_arrived(task.subnet)
-            return
-        dst = self._destination(k, task)
-        if dst is None:
-            return
-        what = _ARRIVE_F if task.kind is Kind.FORWARD else _ARRIVE_B
-        if self.costs.free_io or self.blocking:  # free, or already received while the sender waited
-            deliver = self.policies[dst].forward_arrived if what == _ARRIVE_F else self.policies[dst].backward_arrived
-            deliver(task.subnet)
-            self.dirty.add(dst)
-            return
-        self._push(self._transfer(k, dst, task.subnet, self.now), what, dst, task.subnet)
-
-    def _transfer(self, src: int, dst: int, subnet: int, now: float) -> float:
-        """When the activation after ``src``'s last layer (or its gradient) sent at ``now`` reaches ``dst``."""
-        costs = self.costs
-        boundary = self.layout.all(subnet)[min(src, dst)][-1]
-        nbytes = costs.boundary_bytes(boundary)
-        self.results[src].sent_bytes += nbytes
-        start = max(now, self.link_free.get((src, dst), 0.0))
-        arrive = start + costs.hardware.transfer_s(src, dst, nbytes)
-        self.link_free[(src, dst)] = arrive
-        return arrive
+            if recomputes:
+                spans.append(("recompute", f"R{y}", start, mid))
+            spans.append(("backward", f"B{y}", mid, end))
+        if free > end:
+            spans.append(("waiting", "copy", end, free))
+        if sends:
+            spans.append(("waiting", f"send {kind.value}{y}", free, sent))
+        trace = self.results[k].trace
+        for category, name, a, b in spans:
+            if self.trace_left[k] <= 0:
+                return
+            self.trace_left[k] -= 1
+            trace.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": k,
+                          "ts": round(a * 1e6, 3), "dur": round((b - a) * 1e6, 3), "args": {"subnet": y}})
