@@ -28,7 +28,7 @@ import heapq
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import BACKWARD, UPDATE, Kind, Task, new_task
 from naspipe.scheduling.versions import VersionTable
 
 
@@ -93,7 +93,7 @@ class CSP(StagePolicy):
     def next_task(self) -> Task | None:
         for heap, kind in self._queues:  # updates, then backwards, then the lowest ready forward
             if heap:
-                return Task(kind, heapq.heappop(heap), self.stage)
+                return new_task((kind, heapq.heappop(heap), self.stage))
         return None
 
     def _on_register(self, subnet: int) -> None:
@@ -117,9 +117,10 @@ class CSP(StagePolicy):
         heapq.heappush(self._ready_b, subnet)
 
     def _on_completed(self, task: Task) -> None:
-        if task.kind is Kind.BACKWARD:
+        kind = task.kind
+        if kind is BACKWARD:
             heapq.heappush(self._ready_u, task.subnet)
-        elif task.kind is Kind.UPDATE:
+        elif kind is UPDATE:
             self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
