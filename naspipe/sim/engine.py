@@ -129,6 +129,7 @@ class _Engine:
         events: list[tuple[float, int, int, int, int]] = []  # (time, order, what, stage, subnet)
         push, pop = heapq.heappush, heapq.heappop
         forward, backward, update = Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE
+        done, arrive_forward, arrive_backward, shift, mask = _DONE, _ARRIVE_F, _ARRIVE_B, BLOCK_SHIFT, BLOCK_MASK
         order = 0
         now = 0.0
         ask: tuple[int, ...] = tuple(range(d))  # stages that had an event since last asked, ascending
@@ -149,10 +150,10 @@ class _Engine:
                 if task is None:
                     continue
                 kind, y, _ = task
-                blk = blocks.get(y >> BLOCK_SHIFT)
+                blk = blocks.get(y >> shift)
                 if blk is None:
-                    blk = table.block(y >> BLOCK_SHIFT)
-                i = (y & BLOCK_MASK) * d + k
+                    blk = table.block(y >> shift)
+                i = (y & mask) * d + k
                 if record:
                     orders[k].append(task)
                 if generic:
@@ -202,13 +203,13 @@ class _Engine:
                 ends[k] = sent
                 running[k] = task
                 order += 1
-                push(events, (sent, order, _DONE, k, y))
+                push(events, (sent, order, done, k, y))
             if not events:
                 break
             now, _, what, k, y = pop(events)
             if not k:
                 check_admission = True
-            if what == _DONE:
+            if what == done:
                 task = running[k]
                 assert task is not None
                 running[k] = None
@@ -222,8 +223,8 @@ class _Engine:
                         forward_arrived[k + 1](y)
                         ask = (k, k + 1)
                     else:
-                        blk = blocks.get(y >> BLOCK_SHIFT) or table.block(y >> BLOCK_SHIFT)
-                        i = (y & BLOCK_MASK) * d + k
+                        blk = blocks.get(y >> shift) or table.block(y >> shift)
+                        i = (y & mask) * d + k
                         t = link_up[k]
                         if now > t:
                             t = now
@@ -231,7 +232,7 @@ class _Engine:
                         link_up[k] = t
                         sent_bytes[k] += blk.msg_bytes[i]
                         order += 1
-                        push(events, (t, order, _ARRIVE_F, k + 1, y))
+                        push(events, (t, order, arrive_forward, k + 1, y))
                         ask = (k,)
                 elif kind is backward and k:
                     if direct:
@@ -240,8 +241,8 @@ class _Engine:
                         if k == 1:
                             check_admission = True
                     else:
-                        blk = blocks.get(y >> BLOCK_SHIFT) or table.block(y >> BLOCK_SHIFT)
-                        i = (y & BLOCK_MASK) * d + k - 1  # the boundary before stage k
+                        blk = blocks.get(y >> shift) or table.block(y >> shift)
+                        i = (y & mask) * d + k - 1  # the boundary before stage k
                         t = link_down[k]
                         if now > t:
                             t = now
@@ -249,11 +250,11 @@ class _Engine:
                         link_down[k] = t
                         sent_bytes[k] += blk.msg_bytes[i]
                         order += 1
-                        push(events, (t, order, _ARRIVE_B, k - 1, y))
+                        push(events, (t, order, arrive_backward, k - 1, y))
                         ask = (k,)
                 else:
                     ask = (k,)
-            elif what == _ARRIVE_F:
+            elif what == arrive_forward:
                 forward_arrived[k](y)
                 ask = (k,)
             else:

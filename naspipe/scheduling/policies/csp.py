@@ -129,8 +129,9 @@ class CSP(StagePolicy):
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)
         del self._blocked[subnet]
-        for layer, version in zip(layers, versions, strict=False):
-            self._mirror(layer, subnet, version)
+        if versions:
+            for layer, version in zip(layers, versions, strict=True):
+                self._mirror(layer, subnet, version)
 
     def _unblock(self, subnet: int | None) -> None:
         if subnet is None:
