@@ -39,6 +39,7 @@ class PipelinePlan:
         self.subnet_layers = lru_cache(maxsize=1 << 12)(self._subnet_layers)  # one pass per subnet, not per stage
         self.stage_layers = lru_cache(maxsize=1 << 16)(self._stage_layers)
         self.trainable_layers = lru_cache(maxsize=1 << 16)(self._trainable_layers)
+        self.trainable_slices = lru_cache(maxsize=1 << 12)(self._trainable_slices)
         self.partition_of = lru_cache(maxsize=1 << 14)(self._partition_of)
         self.subnet_trainable = lru_cache(maxsize=1 << 14)(self._subnet_trainable)
 
@@ -77,6 +78,12 @@ class PipelinePlan:
     def _trainable_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
         keep = self._trainable
         return tuple([lid for lid in self.stage_layers(subnet, stage) if keep[lid]])
+
+    def _trainable_slices(self, subnet: int) -> tuple[tuple[int, ...], ...]:
+        """:meth:`trainable_layers` of every stage, in one pass per subnet (a scheduler asks once per task)."""
+        keep, layers, bounds = self._trainable, self.subnet_layers(subnet), self.partition_of(subnet).bounds
+        return tuple(tuple([lid for lid in layers[bounds[k] : bounds[k + 1]] if keep[lid]])
+                     for k in range(len(bounds) - 1))
 
     def _subnet_trainable(self, subnet: int) -> tuple[int, ...]:
         """Every trainable layer of the subnet, on every stage."""

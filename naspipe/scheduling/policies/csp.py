@@ -97,7 +97,7 @@ class CSP(StagePolicy):
         return None
 
     def _on_register(self, subnet: int) -> None:
-        here = self.plan.trainable_layers(subnet, self.stage)
+        here = self.plan.trainable_slices(subnet)[self.stage]
         if not self.plan.mirrored:
             self._blocked[subnet] = self.versions.register(subnet, here)
             return
@@ -124,7 +124,7 @@ class CSP(StagePolicy):
             self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
-        layers = self.plan.trainable_layers(subnet, self.stage)
+        layers = self.plan.trainable_slices(subnet)[self.stage]
         versions = [self.versions.required(subnet, layer) + 1 for layer in layers] if self.plan.mirrored else []
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)
