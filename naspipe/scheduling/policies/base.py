@@ -108,8 +108,9 @@ class StagePolicy(ABC):
         self.forward_arrived(subnet)
 
     def forward_arrived(self, subnet: int) -> None:
-        if self._registered <= subnet:
-            self._register_through(subnet)
+        while self._registered <= subnet:  # _register_through, inlined (once per forward)
+            self._on_register(self._registered)
+            self._registered += 1
         if subnet == self._arrived_below and not self._arrived_ahead:  # in order: _note_arrival's common case
             self._arrived_below = subnet + 1
         else:
@@ -129,10 +130,11 @@ class StagePolicy(ABC):
         return []
 
     def completed(self, task: Task) -> None:
-        if task.kind is FORWARD and not self.is_last:
+        kind = task.kind
+        if kind is FORWARD and not self.is_last:
             self._awaiting_backward[task.subnet] = None
         self._on_completed(task)
-        if task.kind is self.final_kind:
+        if kind is self.final_kind:
             self.finished += 1
 
     def pending_arrivals(self, end: int) -> Iterator[int]:

@@ -39,6 +39,7 @@ class CSP(StagePolicy):
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
         self.versions = VersionTable()
+        self._mirrored = plan.mirrored  # read per task
         self._blocked: dict[int, int] = {}  # registered subnet -> layers not yet at its version
         self._waiting: set[int] = set()  # arrived forwards still blocked
         self._ready_f: list[int] = []
@@ -98,7 +99,7 @@ class CSP(StagePolicy):
 
     def _on_register(self, subnet: int) -> None:
         here = self.plan.trainable_slices(subnet)[self.stage]
-        if not self.plan.mirrored:
+        if not self._mirrored:
             self._blocked[subnet] = self.versions.register(subnet, here)
             return
         uses = self._uses
@@ -125,7 +126,7 @@ class CSP(StagePolicy):
 
     def _write(self, subnet: int) -> None:
         layers = self.plan.trainable_slices(subnet)[self.stage]
-        versions = [self.versions.required(subnet, layer) + 1 for layer in layers] if self.plan.mirrored else []
+        versions = [self.versions.required(subnet, layer) + 1 for layer in layers] if self._mirrored else []
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)
         del self._blocked[subnet]
