@@ -127,7 +127,10 @@ class _Engine:
         link_up, link_down = [0.0] * d, [0.0] * d  # when the link k -> k+1 (k -> k-1) is free again
         running: list[Task | None] = [None] * d
         events: list[tuple[float, int, int, int, int]] = []  # (time, order, what, stage, subnet)
-        push, pop = heapq.heappush, heapq.heappop
+        push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
+        # The event being handled stays at the heap's root until the first push after it replaces it
+        # (one sift instead of two): every push is later than it, so it stays the root until then.
+        stale = False
         forward, backward, update = Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE
         done, arrive_forward, arrive_backward, shift, mask = _DONE, _ARRIVE_F, _ARRIVE_B, BLOCK_SHIFT, BLOCK_MASK
         order = 0
@@ -203,10 +206,17 @@ class _Engine:
                 ends[k] = sent
                 running[k] = task
                 order += 1
-                push(events, (sent, order, done, k, y))
+                if stale:
+                    replace(events, (sent, order, done, k, y))
+                    stale = False
+                else:
+                    push(events, (sent, order, done, k, y))
+            if stale:
+                pop(events)
             if not events:
                 break
-            now, _, what, k, y = pop(events)
+            now, _, what, k, y = events[0]
+            stale = True
             if not k:
                 check_admission = True
             if what == done:
@@ -232,7 +242,11 @@ class _Engine:
                         link_up[k] = t
                         sent_bytes[k] += blk.msg_bytes[i]
                         order += 1
-                        push(events, (t, order, arrive_forward, k + 1, y))
+                        if stale:
+                            replace(events, (t, order, arrive_forward, k + 1, y))
+                            stale = False
+                        else:
+                            push(events, (t, order, arrive_forward, k + 1, y))
                         ask = (k,)
                 elif kind is backward and k:
                     if direct:
@@ -250,7 +264,11 @@ class _Engine:
                         link_down[k] = t
                         sent_bytes[k] += blk.msg_bytes[i]
                         order += 1
-                        push(events, (t, order, arrive_backward, k - 1, y))
+                        if stale:
+                            replace(events, (t, order, arrive_backward, k - 1, y))
+                            stale = False
+                        else:
+                            push(events, (t, order, arrive_backward, k - 1, y))
                         ask = (k,)
                 else:
                     ask = (k,)
