@@ -105,6 +105,7 @@ class VersionTable:
             version = versions.get(layer, 0)
             if version != required[layer]:
                 self.write(subnet, layer)  # raises, naming the versions
+                raise AssertionError("unreachable: write raised")
             queue = waiting[layer]
             queue.popleft()
             version += 1
@@ -113,6 +114,10 @@ class VersionTable:
                 unblocked.append(queue[0])
         self.forget(subnet)
         return unblocked
+
+    def write_registered(self, subnet: int) -> list[int]:
+        """:meth:`write_all` of the layers ``subnet`` registered, in the order it registered them."""
+        return self.write_all(subnet, self._required[subnet])
 
     def forget(self, subnet: int) -> None:
         """Drop a subnet that has written all its layers."""

@@ -125,14 +125,18 @@ class CSP(StagePolicy):
             self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
+        if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
+            for unblocked in self.versions.write_registered(subnet):
+                self._unblock(unblocked)
+            del self._blocked[subnet]
+            return
         layers = self.plan.trainable_slices(subnet)[self.stage]
-        versions = [self.versions.required(subnet, layer) + 1 for layer in layers] if self._mirrored else []
+        versions = [self.versions.required(subnet, layer) + 1 for layer in layers]
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)
         del self._blocked[subnet]
-        if versions:
-            for layer, version in zip(layers, versions, strict=True):
-                self._mirror(layer, subnet, version)
+        for layer, version in zip(layers, versions, strict=True):
+            self._mirror(layer, subnet, version)
 
     def _unblock(self, subnet: int | None) -> None:
         if subnet is None:
