@@ -16,6 +16,13 @@ task order is the policy's own decision. What this adds is time:
 With free messages the events, their order and hence every decision equal the driver's.
 Only stages that received an event since they were last asked are asked for a task, in
 stage order, so a step costs O(1) and not O(D): 64 stages x 100,000 subnets is ~20 M tasks.
+
+At that size the per-task Python is the cost (``benchmarks/bench_sim.py --scale``), so the
+loop is one flat function over local lists: seconds and message sizes come precomputed per
+(subnet, stage) from :mod:`naspipe.sim.tables`, events are plain tuples of numbers, trace
+entries are built only while a stage's trace budget lasts, and stages whose parameters stay
+resident skip the copy model. What remains per task is the policy's own decision (its
+``next_task``, ``completed`` and arrival calls) and about 1.7 heap events.
 """
 
 from __future__ import annotations
