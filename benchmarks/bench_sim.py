@@ -21,7 +21,8 @@ paper's testbed) for each system of ``--scale-systems`` in one process: CPU seco
 (``time.process_time``, the measure on a shared machine) and wall seconds, medians over
 ``--repeats``, and simulated tasks per CPU second. Every system runs with the copy model
 ``naspipe simulate`` gives it (vpipe swaps; ``csp+cache`` drives the context cache and its
-predictor). Target (issue 10): 100,000 x 64 in under a minute on one core.
+predictor) and its costs (pipedream pays its weight stash). Target (issue 10): 100,000 x 64
+in under a minute on one core.
 
     .venv/bin/python benchmarks/bench_sim.py [--steps 64] [--repeats 3] [--fit] [--json FILE]
     .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--scale-systems csp,gpipe] \
@@ -293,7 +294,8 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
     from naspipe.config import CacheConfig
     from naspipe.partition import balanced_partition
     from naspipe.scheduling import PipelinePlan, PolicyOptions
-    from naspipe.sim.costs import LayerInfo, analytic_costs
+    from naspipe.scheduling.policies import POLICIES
+    from naspipe.sim.costs import LayerInfo, analytic_costs, with_weight_stash
     from naspipe.sim.engine import simulate
     from naspipe.sim.run import SimSetup, effective_recompute, residency_for
     from naspipe.space.structure import SpaceStructure
@@ -312,13 +314,15 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
     for spec in args.scale_systems.split(","):
         system, _, extra = spec.partition("+")
         cache = CacheConfig(enabled=True) if extra == "cache" else None
+        costs_of = with_weight_stash(costs, POLICIES[system].stash_weights)  # as naspipe simulate prices it
         runs: list[tuple[float, float, int, float]] = []
         for _ in range(args.repeats):
             plan = PipelinePlan(structure, balanced_partition([1.0] * structure.num_positions, d),
                                 SubnetStream(structure.choices_per_block, args.seed))  # fresh caches per repeat
-            setup = SimSetup(plan, system, n, options, costs, True, cache=cache)
+            setup = SimSetup(plan, system, n, options, costs_of, True, cache=cache)
             cpu, wall = time.process_time(), time.perf_counter()
-            result = simulate(plan, system, n, options, costs, effective_recompute(system, True), residency_for(setup))
+            result = simulate(plan, system, n, options, costs_of, effective_recompute(system, True),
+                              residency_for(setup))
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             runs.append((cpu, wall, sum(s.tasks for s in result.stages), result.makespan))
         if len({r[2:] for r in runs}) != 1:
