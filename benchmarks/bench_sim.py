@@ -16,11 +16,17 @@ and adds a column simulated with them, so a reader sees how much of the error is
 constants and how much the model.
 
 ``--scale``: time the simulation of ``--scale-stages`` (64) stages x ``--scale-subnets``
-(100,000) subnets of a 126-block x 24-candidate space (128 positions) for each system given
-with ``--systems``, on one core: wall-clock seconds and simulated tasks per second.
+(100,000) subnets of a 126-block x 24-candidate space (128 positions; analytic costs of the
+paper's testbed) for each system of ``--scale-systems`` in one process: CPU seconds
+(``time.process_time``, the measure on a shared machine) and wall seconds, medians over
+``--repeats``, and simulated tasks per CPU second. Every system runs with the copy model
+``naspipe simulate`` gives it (vpipe swaps; ``csp+cache`` drives the context cache and its
+predictor) and its costs (pipedream pays its weight stash). Target (issue 10): 100,000 x 64
+in under a minute on one core.
 
     .venv/bin/python benchmarks/bench_sim.py [--steps 64] [--repeats 3] [--fit] [--json FILE]
-    .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--systems csp,gpipe]
+    .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--scale-systems csp,gpipe] \
+        [--repeats 1]
 """
 
 from __future__ import annotations
@@ -280,30 +286,56 @@ def one_way_delays(trace: dict[int, list[dict[str, Any]]]) -> list[float]:
     return out
 
 
+SCALE_SYSTEMS = ("csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler")
+
+
 def scale(args: argparse.Namespace) -> dict[str, Any]:
+    """Time whole simulations, one after another on one core; CPU seconds are the measure (others share the box)."""
+    from naspipe.config import CacheConfig
     from naspipe.partition import balanced_partition
     from naspipe.scheduling import PipelinePlan, PolicyOptions
-    from naspipe.sim.costs import LayerInfo, analytic_costs
+    from naspipe.scheduling.policies import POLICIES
+    from naspipe.sim.costs import LayerInfo, analytic_costs, with_weight_stash
     from naspipe.sim.engine import simulate
+    from naspipe.sim.run import SimSetup, effective_recompute, residency_for
     from naspipe.space.structure import SpaceStructure
     from naspipe.subnet import SubnetStream
 
     d, n = args.scale_stages, args.scale_subnets
     structure = SpaceStructure("scale", ("embedding",), tuple(tuple(f"op{c}" for c in range(24)) for _ in range(126)),
                                ("output",))
-    plan = PipelinePlan(structure, balanced_partition([1.0] * structure.num_positions, d),
-                        SubnetStream(structure.choices_per_block, args.seed))
     info = [LayerInfo(1_000_000 + 1000 * (lid % 7), 2e7 * (1 + lid % 3), 65536.0, 262144.0)
             for lid in range(structure.num_layers)]
     costs = analytic_costs(info, load_hardware("rtx2080ti-pcie3-40gbe"), 32, "sgd")
-    out: dict[str, Any] = {}
-    for system in args.systems.split(","):
-        start = time.perf_counter()
-        result = simulate(plan, system, n, PolicyOptions(max_inflight=2 * d, bulk_size=d), costs, True)
-        wall = time.perf_counter() - start
-        tasks = sum(s.tasks for s in result.stages)
-        out[system] = {"wall_s": wall, "tasks": tasks, "tasks_per_s": tasks / wall}
-        print(f"{system:18} {d} stages x {n} subnets: {wall:7.1f} s wall, {tasks} tasks, {tasks / wall:,.0f} tasks/s")
+    options = PolicyOptions(max_inflight=2 * d, bulk_size=d)
+    out: dict[str, Any] = {"stages": d, "subnets": n, "repeats": args.repeats, "systems": {}}
+    print(f"{d} stages x {n} subnets, {args.repeats} repeat(s), one process; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'system':18} {'cpu s':>8} {'wall s':>8} {'tasks':>10} {'tasks/cpu s':>12} {'us/task':>8}  makespan")
+    for spec in args.scale_systems.split(","):
+        system, _, extra = spec.partition("+")
+        cache = CacheConfig(enabled=True) if extra == "cache" else None
+        costs_of = with_weight_stash(costs, POLICIES[system].stash_weights)  # as naspipe simulate prices it
+        runs: list[tuple[float, float, int, float]] = []
+        for _ in range(args.repeats):
+            plan = PipelinePlan(structure, balanced_partition([1.0] * structure.num_positions, d),
+                                SubnetStream(structure.choices_per_block, args.seed))  # fresh caches per repeat
+            setup = SimSetup(plan, system, n, options, costs_of, True, cache=cache)
+            cpu, wall = time.process_time(), time.perf_counter()
+            result = simulate(plan, system, n, options, costs_of, effective_recompute(system, True),
+                              residency_for(setup))
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            runs.append((cpu, wall, sum(s.tasks for s in result.stages), result.makespan))
+        if len({r[2:] for r in runs}) != 1:
+            raise SystemExit(f"{spec}: repeats disagree on tasks or makespan: {runs}")
+        cpu, wall = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        tasks, makespan = runs[0][2], runs[0][3]
+        out["systems"][spec] = {"cpu_s": cpu, "wall_s": wall, "tasks": tasks, "tasks_per_cpu_s": tasks / cpu,
+                                "makespan_s": makespan, "cpu_s_each": [r[0] for r in runs],
+                                "wall_s_each": [r[1] for r in runs]}
+        print(f"{spec:18} {cpu:8.1f} {wall:8.1f} {tasks:10d} {tasks / cpu:12,.0f} {cpu / tasks * 1e6:8.2f}  "
+              f"{makespan:.6g} s", flush=True)
+    out["load_average_end"] = os.getloadavg()[0]
+    print(f"load average at the end {out['load_average_end']:.2f} (medians of CPU and wall over repeats)")
     return out
 
 
@@ -317,6 +349,8 @@ def main() -> None:
     parser.add_argument("--hardware", default="cpu-local", help="spec the runtime part simulates on")
     parser.add_argument("--fit", action="store_true", help="fit cpu-local's runtime constants from the measured traces")
     parser.add_argument("--scale", action="store_true", help="time the simulator at 64 stages x 100,000 subnets")
+    parser.add_argument("--scale-systems", default=",".join(SCALE_SYSTEMS),
+                        help="systems to time with --scale; SYSTEM+cache runs it with the context cache")
     parser.add_argument("--scale-stages", type=int, default=64)
     parser.add_argument("--scale-subnets", type=int, default=100_000)
     parser.add_argument("--keep", type=Path, help="keep the profiles and run directories here (must not hold runs)")

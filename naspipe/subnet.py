@@ -72,7 +72,8 @@ class SubnetStream:
     def _draw_from(self, block: int) -> tuple[Subnet, ...]:
         """Draw block ``block`` from its saved start state, recording the next block's start."""
         self._rng.setstate(self._starts[block])  # type: ignore[arg-type]
-        drawn = tuple(Subnet(tuple(self._rng.randrange(n) for n in self._choices)) for _ in range(self.BLOCK))
+        randrange, choices = self._rng.randrange, self._choices  # the same calls, in the same order, bound once
+        drawn = tuple([Subnet(tuple([randrange(n) for n in choices])) for _ in range(self.BLOCK)])
         if len(self._starts) == block + 1:
             self._starts.append(self._rng.getstate())
         return drawn

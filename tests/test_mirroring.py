@@ -80,3 +80,14 @@ def test_holder_is_the_stage_of_the_last_writer_or_home() -> None:
     unused = next(lid for lid in range(plan.structure.num_layers)
                   if plan.structure.is_trainable(lid) and plan.users_before(lid, 3) == 0)
     assert plan.holder(unused, 3) == plan.stage_of_layer(unused)
+
+
+@pytest.mark.parametrize("mirrored", [True, False])
+def test_a_subnets_trainable_slices_are_its_per_stage_trainable_layers(mirrored: bool) -> None:
+    """CSP reads every stage's slice from one per-subnet pass; it must be the per-stage answer."""
+    plan = mirrored_plan(4, seed=5)
+    if not mirrored:
+        plan = PipelinePlan(plan.structure, plan.partition, plan.stream)
+    for y in range(40):
+        assert plan.trainable_slices(y) == tuple(plan.trainable_layers(y, k) for k in range(4))
+        assert sum(map(len, plan.trainable_slices(y))) == len(plan.subnet_trainable(y))

@@ -197,3 +197,43 @@ def test_context_cache_prefetching_beats_fetching_on_demand():
     assert 0 < on_demand["cache_hit_rate"] < predicted["cache_hit_rate"] <= 1
     assert predicted["swap_bytes"] > 0 and resident["swap_bytes"] == 0 and resident["cache_hit_rate"] == 1
     assert predicted["host_bytes"] > 0 and predicted["device_bytes"] < resident["device_bytes"]
+
+
+def per_subnet_plan(stages: int, blocks: int, seed: int) -> PipelinePlan:
+    """Each subnet split by its own layer costs (so the splits differ); the static plan stays the home."""
+    static = make_plan(stages, blocks=blocks, candidates=3, seed=seed)
+    costs = [1.0 + 7.0 * (lid % 4 == 1) + (lid % 3) for lid in range(static.structure.num_layers)]
+    return PipelinePlan.per_subnet(static.structure, static.partition, static.stream, costs)
+
+
+@pytest.mark.parametrize("model", ["uniform", "analytic", "analytic+stash"])
+@pytest.mark.parametrize("recompute", [True, False])
+@pytest.mark.parametrize("per_subnet", [False, True])
+def test_the_engines_cost_table_equals_the_scalar_costs_bit_for_bit(model, recompute, per_subnet):
+    """The hot loop reads precomputed seconds; they must be exactly what the cost functions return,
+    for each subnet's own partition and with PipeDream's weight stash."""
+    from naspipe.sim.costs import with_weight_stash
+    from naspipe.sim.layout import SubnetLayers
+    from naspipe.sim.tables import BLOCK, CostTable
+
+    plan = per_subnet_plan(6, 11, 3) if per_subnet else make_plan(6, blocks=11, candidates=3, seed=3)
+    hw = load_hardware("rtx2080ti-pcie3-40gbe")  # 4 GPUs per host: links inside a host and across
+    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, "adam")
+    costs = with_weight_stash(costs, model.endswith("+stash"))
+    table, layout, d = CostTable(plan, costs, recompute, keep=1), SubnetLayers(plan), plan.num_stages
+    if per_subnet:
+        assert len({plan.partition_of(y) for y in range(40)}) > 1  # the splits really differ
+    for y in [*range(40), BLOCK - 1, BLOCK, 3 * BLOCK + 5, 7]:
+        block = table.block(y // BLOCK)
+        for k in range(d):
+            i = (y % BLOCK) * d + k
+            layers, trainable = layout.all(y)[k], layout.trainable(y)[k]
+            assert block.forward[i] == forward_s(costs, layers)
+            assert (block.recompute[i], block.backward[i]) == backward_s(costs, layers, recompute)
+            assert block.update[i] == update_s(costs, trainable)
+            assert block.uses[i] == 2 * len(layers) + len(trainable)
+            if k < d - 1:
+                nbytes = costs.boundary_bytes(layers[-1])
+                assert block.msg_bytes[i] == nbytes
+                assert block.msg_s[i] == (0.0 if costs.free_io else hw.transfer_s(k, k + 1, nbytes))
+    assert len(table.blocks) == 2  # evicting a block it needs again made it keep one more

@@ -35,9 +35,11 @@ class PipelinePlan:
         self.partition = partition
         self.stream = stream
         self.layer_costs = None if layer_costs is None else tuple(float(c) for c in layer_costs)
+        self._trainable = tuple(structure.is_trainable(lid) for lid in range(structure.num_layers))  # hot: per task
         self.subnet_layers = lru_cache(maxsize=1 << 12)(self._subnet_layers)  # one pass per subnet, not per stage
         self.stage_layers = lru_cache(maxsize=1 << 16)(self._stage_layers)
         self.trainable_layers = lru_cache(maxsize=1 << 16)(self._trainable_layers)
+        self.trainable_slices = lru_cache(maxsize=1 << 12)(self._trainable_slices)
         self.partition_of = lru_cache(maxsize=1 << 14)(self._partition_of)
         self.subnet_trainable = lru_cache(maxsize=1 << 14)(self._subnet_trainable)
 
@@ -67,16 +69,26 @@ class PipelinePlan:
 
     def _stage_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
         layers = self.subnet_layers(subnet)
+        if self.layer_costs is None:  # static: no per-subnet partition to look up
+            bounds = self.partition.bounds
+            return layers[bounds[stage] : bounds[stage + 1]]
         positions = self.partition_of(subnet).positions(stage)
         return layers[positions.start : positions.stop]
 
     def _trainable_layers(self, subnet: int, stage: int) -> tuple[int, ...]:
-        return tuple(lid for lid in self.stage_layers(subnet, stage) if self.structure.is_trainable(lid))
+        keep = self._trainable
+        return tuple([lid for lid in self.stage_layers(subnet, stage) if keep[lid]])
+
+    def _trainable_slices(self, subnet: int) -> tuple[tuple[int, ...], ...]:
+        """:meth:`trainable_layers` of every stage, in one pass per subnet (a scheduler asks once per task)."""
+        keep, layers, bounds = self._trainable, self.subnet_layers(subnet), self.partition_of(subnet).bounds
+        return tuple(tuple([lid for lid in layers[bounds[k] : bounds[k + 1]] if keep[lid]])
+                     for k in range(len(bounds) - 1))
 
     def _subnet_trainable(self, subnet: int) -> tuple[int, ...]:
         """Every trainable layer of the subnet, on every stage."""
-        layers = self.structure.position_layers(self.stream[subnet])
-        return tuple(lid for lid in layers if self.structure.is_trainable(lid))
+        keep = self._trainable
+        return tuple([lid for lid in self.subnet_layers(subnet) if keep[lid]])
 
     def stage_of_layer(self, layer: int) -> int:
         """The layer's home stage (the static partition's)."""

@@ -20,12 +20,21 @@ task order is the policy's own decision. What this adds is time:
 - with per-subnet partitions, an update's mirrors (:meth:`StagePolicy.take_mirrors`: the
   layer's parameters and optimizer state for its next user's stage) travel hop by hop over
   the neighbour links, as the runtime relays them, and the receiver's policy and cache
-  learn of them on arrival (:meth:`_send_mirrors`). The runtime relays between tasks; here
-  a relay does not wait for the relaying stage's task, and a mirror never blocks its sender.
+  learn of them on arrival (:meth:`_Engine._mirrors`). The runtime relays between tasks;
+  here a relay does not wait for the relaying stage's task, and a mirror never blocks its
+  sender.
 
 With free messages the events, their order and hence every decision equal the driver's.
 Only stages that received an event since they were last asked are asked for a task, in
 stage order, so a step costs O(1) and not O(D): 64 stages x 100,000 subnets is ~20 M tasks.
+
+At that size the per-task Python is the cost (``benchmarks/bench_sim.py --scale``), so the
+loop is one flat function over local lists: seconds and message sizes come precomputed per
+(subnet, stage) from :mod:`naspipe.sim.tables`, events are plain tuples of numbers, trace
+entries are built only while a stage's trace budget lasts, and stages whose parameters stay
+resident skip the copy model. What remains per task is the policy's own decision (its
+``next_task``, ``completed`` and arrival calls) and about 1.7 heap events. What only some
+runs need (blocking sends, mirrors) lives in methods off that path.
 """
 
 from __future__ import annotations
@@ -39,9 +48,10 @@ from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
-from naspipe.sim.costs import CostModel, backward_s, forward_s, update_s
+from naspipe.sim.costs import CostModel
 from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident
+from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostTable
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
 _DONE, _ARRIVE_F, _ARRIVE_B, _SEND, _ARRIVE_M = 0, 1, 2, 3, 4
@@ -99,180 +109,322 @@ def simulate(
 
 
 class _Engine:
+    """One run's state; :meth:`run` is the hot loop, written flat with locals (see the module docstring).
+
+    The per-stage accumulators are lists the loop binds as locals and the off-path methods
+    (:meth:`_blocking_send`, :meth:`_mirrors`) update in place.
+    """
+
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
                  copies: list[Residency], record_order: bool, trace_max: int) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
+        self.table = CostTable(plan, costs, recompute)
         self.blocking = costs.hardware.blocking_send and not costs.free_io
-        self.recompute, self.copies = recompute, copies
+        self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s  # idle after every task
+        self.copies = copies
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
         d = len(policies)
-        self.results = [StageResult() for _ in range(d)]
-        self.idle = [True] * d
-        self.events: list[tuple[float, int, int, int, Task | int | Mirror]] = []
-        self.link_free: dict[tuple[int, int], float] = {}
+        self.results = [StageResult() for _ in policies]
+        self.waiting_s, self.sent_bytes, self.spans, self.ends = [0.0] * d, [0.0] * d, [0] * d, [0.0] * d
+        self.link_up, self.link_down = [0.0] * d, [0.0] * d  # when the link k -> k+1 (k -> k-1) is free again
         self.computing_until = [0.0] * d  # when each stage's current compute (not its send) ends
-        self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s
-        self.order = 0
         self.now = 0.0
-        self.dirty: set[int] = set(range(d))
 
-    def run(self) -> SimResult:
-        first = self.policies[0]
-        events, pop = self.events, heapq.heappop
+    def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
+        policies, n, d = self.policies, self.n, len(self.policies)
+        last = d - 1
+        first = policies[0]
+        may_admit, admit = first.may_admit, first.admit
+        next_task = [p.next_task for p in policies]
+        completed = [p.completed for p in policies]
+        forward_arrived = [p.forward_arrived for p in policies]
+        backward_arrived = [p.backward_arrived for p in policies]
+        table = self.table
+        blocks = table.blocks
+        copies = self.copies
+        generic = any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
+        all_layers, trainable_layers = self.layout.all, self.layout.trainable
+        blocking, free_io, mirrored, gap = self.blocking, self.costs.free_io, self.plan.mirrored, self.gap
+        direct = free_io or blocking  # no link event at the sender's end: delivered now, or sent before it
+        record = self.record_order
+        orders = [r.order for r in self.results]
+        trace_left = self.trace_left
+        tracing = any(trace_left)
+        forward_s, recompute_s, backward_s, update_s = [0.0] * d, [0.0] * d, [0.0] * d, [0.0] * d
+        waiting_s, sent_bytes, spans, ends = self.waiting_s, self.sent_bytes, self.spans, self.ends
+        tasks, hits = [0] * d, [0] * d
+        link_up, link_down, computing_until = self.link_up, self.link_down, self.computing_until
+        running: list[Task | None] = [None] * d
+        in_flight: dict[int, Mirror] = {}  # mirrors on their way, by their arrival event's order
+        events: list[tuple[float, int, int, int, int]] = []  # (time, order, what, stage, subnet or mirror key)
+        push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
+        # The event being handled stays at the heap's root until the first push after it replaces it
+        # (one sift instead of two): every push is later than it, so it stays the root until then.
+        stale = False
+        forward, backward, update = Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE
+        done, arrive_forward, arrive_backward, shift, mask = _DONE, _ARRIVE_F, _ARRIVE_B, BLOCK_SHIFT, BLOCK_MASK
+        order = 0
+        now = 0.0
+        ask: tuple[int, ...] = tuple(range(d))  # stages that had an event since last asked, ascending
+        check_admission = True  # stage 0's state changed since may_admit last said no
         while True:
-            while first.admitted < self.n and first.may_admit(first.admitted):
-                first.admit(first.admitted)
-                self.dirty.add(0)
-            if self.dirty:
-                for k in sorted(self.dirty):
-                    if self.idle[k]:
-                        self._try_start(k)
-                self.dirty.clear()
+            if check_admission:
+                check_admission = False
+                while first.admitted < n and may_admit(first.admitted):
+                    admit(first.admitted)
+                    if ask[0]:
+                        ask = (0, *ask)
+            for k in ask:
+                if running[k] is not None:
+                    continue
+                if not k:
+                    check_admission = True
+                task = next_task[k]()
+                if task is None:
+                    continue
+                kind, y, _ = task
+                blk = blocks.get(y >> shift)
+                if blk is None:
+                    blk = table.block(y >> shift)
+                i = (y & mask) * d + k
+                if record:
+                    orders[k].append(task)
+                if generic:
+                    layers = (trainable_layers if kind is update else all_layers)(y)[k]
+                    start = copies[k].acquire(task, layers, now)
+                    if start > now:
+                        waiting_s[k] += start - now
+                        spans[k] += 1
+                else:
+                    start = now
+                if kind is forward:
+                    mid = start
+                    end = start + blk.forward[i]
+                    forward_s[k] += end - start
+                elif kind is backward:
+                    r = blk.recompute[i]
+                    if r:
+                        mid = start + r
+                        recompute_s[k] += mid - start
+                        spans[k] += 1
+                    else:
+                        mid = start
+                    end = mid + blk.backward[i]
+                    backward_s[k] += end - mid
+                else:
+                    mid = start
+                    end = start + blk.update[i]
+                    update_s[k] += end - start
+                    if not generic:  # forward, backward and this update each found their layers resident
+                        hits[k] += blk.uses[i]
+                free = end
+                if generic:
+                    free = copies[k].release(task, layers, end)
+                    if free > end:
+                        waiting_s[k] += free - end
+                        spans[k] += 1
+                if tracing and trace_left[k] > 0:
+                    recomputes = kind is backward and bool(blk.recompute[i])
+                    self._trace(k, task, (now, start, mid, end, free), recomputes)
+                tasks[k] += 1
+                running[k] = task
+                if not blocking:
+                    ends[k] = free
+                    what, t = done, free + gap
+                else:
+                    computing_until[k] = end
+                    if (kind is forward and k < last) or (kind is backward and k > 0):
+                        what, t = _SEND, free  # how long the send holds the stage depends on the receiver then
+                    else:
+                        ends[k] = free
+                        what, t = done, free + gap
+                order += 1
+                if stale:
+                    replace(events, (t, order, what, k, y))
+                    stale = False
+                else:
+                    push(events, (t, order, what, k, y))
+            if stale:
+                pop(events)
             if not events:
                 break
-            self.now, _, what, k, payload = pop(events)
-            self.dirty.add(k)
-            if what == _DONE:
-                self.idle[k] = True
-                self._finish(k, payload)  # type: ignore[arg-type]
+            now, _, what, k, y = events[0]
+            stale = True
+            if not k:
+                check_admission = True
+            if what == done:
+                task = running[k]
+                assert task is not None
+                running[k] = None
+                completed[k](task)
+                kind = task[0]
+                if kind is forward:
+                    if k == last:
+                        backward_arrived[k](y)
+                        ask = (k,)
+                    elif direct:
+                        if free_io:
+                            forward_arrived[k + 1](y)
+                            ask = (k, k + 1)
+                        else:  # blocking: its arrival was scheduled when the send began
+                            ask = (k,)
+                    else:
+                        blk = blocks.get(y >> shift) or table.block(y >> shift)
+                        i = (y & mask) * d + k
+                        t = link_up[k]
+                        if now > t:
+                            t = now
+                        t += blk.msg_s[i]
+                        link_up[k] = t
+                        sent_bytes[k] += blk.msg_bytes[i]
+                        order += 1
+                        if stale:
+                            replace(events, (t, order, arrive_forward, k + 1, y))
+                            stale = False
+                        else:
+                            push(events, (t, order, arrive_forward, k + 1, y))
+                        ask = (k,)
+                elif kind is backward and k:
+                    if direct:
+                        if free_io:
+                            backward_arrived[k - 1](y)
+                            ask = (k - 1, k)
+                            if k == 1:
+                                check_admission = True
+                        else:
+                            ask = (k,)
+                    else:
+                        blk = blocks.get(y >> shift) or table.block(y >> shift)
+                        i = (y & mask) * d + k - 1  # the boundary before stage k
+                        t = link_down[k]
+                        if now > t:
+                            t = now
+                        t += blk.msg_s[i]
+                        link_down[k] = t
+                        sent_bytes[k] += blk.msg_bytes[i]
+                        order += 1
+                        if stale:
+                            replace(events, (t, order, arrive_backward, k - 1, y))
+                            stale = False
+                        else:
+                            push(events, (t, order, arrive_backward, k - 1, y))
+                        ask = (k,)
+                elif kind is update and mirrored:
+                    if stale:
+                        pop(events)
+                        stale = False
+                    relayed, reached = self._mirrors(k, now)
+                    for t, mirror in relayed:
+                        order += 1
+                        in_flight[order] = mirror
+                        push(events, (t, order, _ARRIVE_M, mirror.dst, order))
+                    ask = tuple(sorted({k, *reached}))
+                    if not ask[0]:
+                        check_admission = True
+                else:
+                    ask = (k,)
+            elif what == arrive_forward:
+                forward_arrived[k](y)
+                ask = (k,)
+            elif what == arrive_backward:
+                backward_arrived[k](y)
+                ask = (k,)
             elif what == _SEND:
-                self._blocking_send(k, payload)  # type: ignore[arg-type]
-            elif what == _ARRIVE_F:
-                self.policies[k].forward_arrived(payload)  # type: ignore[arg-type]
-            elif what == _ARRIVE_M:
-                self._mirror_arrived(k, payload)  # type: ignore[arg-type]
+                if stale:
+                    pop(events)
+                    stale = False
+                task = running[k]
+                assert task is not None
+                arrive, dst, sent = self._blocking_send(k, task, now)
+                order += 1
+                push(events, (arrive, order, arrive_forward if task[0] is forward else arrive_backward, dst, y))
+                order += 1
+                push(events, (sent + gap, order, done, k, y))
+                ask = (k,)
             else:
-                self.policies[k].backward_arrived(payload)  # type: ignore[arg-type]
-        stalled = [p.stage for p in self.policies if p.finished < self.n]
+                self._mirror_arrived(k, in_flight.pop(y))
+                ask = (k,)
+        self.now = now
+        stalled = [p.stage for p in policies if p.finished < n]
         if stalled:
-            raise DeadlockError(f"stages {stalled} stalled at t={self.now} with subnets unfinished")
-        return SimResult(self.results, self.copies, self.n)
+            raise DeadlockError(f"stages {stalled} stalled at t={now} with subnets unfinished")
+        for k, result in enumerate(self.results):
+            result.seconds.update(forward=forward_s[k], recompute=recompute_s[k], backward=backward_s[k],
+                                  optimizer=update_s[k], waiting=waiting_s[k])
+            result.tasks, result.end, result.sent_bytes = tasks[k], ends[k], sent_bytes[k]
+            result.trace_dropped = tasks[k] + spans[k] - len(result.trace)
+            if not generic:
+                copies[k].stats.hits += hits[k]
+        return SimResult(self.results, copies, n)
 
-    def _push(self, time: float, what: int, stage: int, payload: Task | int | Mirror) -> None:
-        self.order += 1
-        heapq.heappush(self.events, (time, self.order, what, stage, payload))
-
-    def _try_start(self, k: int) -> None:
-        task = self.policies[k].next_task()
-        if task is None:
-            return
-        result = self.results[k]
-        if self.record_order:
-            result.order.append(task)
-        layers = (self.layout.trainable if task.kind is Kind.UPDATE else self.layout.all)(task.subnet)[k]
-        start = self.copies[k].acquire(task, layers, self.now)
-        if start > self.now:
-            self._span(k, "waiting", "copy", self.now, start, task.subnet)
-        end = self._compute(k, task, layers, start)
-        free = self.copies[k].release(task, layers, end)
-        if free > end:
-            self._span(k, "waiting", "copy", end, free, task.subnet)
-        self.computing_until[k] = end
-        result.tasks += 1
-        self.idle[k] = False
-        if self.blocking and self._destination(k, task) is not None:
-            self._push(free, _SEND, k, task)  # how long it holds depends on the receiver then
-            return
-        result.end = max(result.end, free)
-        self._push(free + self.gap, _DONE, k, task)
-
-    def _blocking_send(self, k: int, task: Task) -> None:
-        """Stage ``k`` sends ``task``'s message now and is held until gloo lets go; the message
-        reaches the receiver's policy a latency after the send began, or when the send ends."""
-        dst = self._destination(k, task)
-        assert dst is not None
-        nbytes = self._message_bytes(k, dst, task.subnet)
+    def _blocking_send(self, k: int, task: Task, now: float) -> tuple[float, int, float]:
+        """Stage ``k`` sends ``task``'s message at ``now`` and is held until gloo lets go:
+        ``(when the receiver's policy learns of it, the receiver, when the hold ends)``. The
+        message arrives a latency after the send began, or when the send ends if later."""
+        kind, y, _ = task
+        dst = k + 1 if kind is Kind.FORWARD else k - 1
+        blk = self.table.block(y >> BLOCK_SHIFT)
+        i = (y & BLOCK_MASK) * len(self.policies) + min(k, dst)  # the boundary between k and dst
+        nbytes = blk.msg_bytes[i]
+        self.sent_bytes[k] += nbytes
         hardware = self.costs.hardware
-        sent = self.now + hardware.send_hold_s(k, dst, nbytes, self.computing_until[dst] - self.now)
-        self._span(k, "waiting", f"send {task.kind.value}{task.subnet}", self.now, sent, task.subnet)
-        arrive = max(sent, self.now + hardware.transfer_s(k, dst, nbytes))
-        self._push(arrive, _ARRIVE_F if task.kind is Kind.FORWARD else _ARRIVE_B, dst, task.subnet)
-        self.results[k].end = max(self.results[k].end, sent)
-        self._push(sent + self.gap, _DONE, k, task)
+        sent = now + hardware.send_hold_s(k, dst, nbytes, self.computing_until[dst] - now)
+        self.waiting_s[k] += sent - now
+        self.spans[k] += 1
+        self._trace_span(k, "waiting", f"send {kind.value}{y}", now, sent, y)
+        self.ends[k] = sent
+        return max(sent, now + blk.msg_s[i]), dst, sent
 
-    def _compute(self, k: int, task: Task, layers: tuple[int, ...], start: float) -> float:
-        y = task.subnet
-        if task.kind is Kind.FORWARD:
-            return self._span(k, "forward", f"F{y}", start, start + forward_s(self.costs, layers), y)
-        if task.kind is Kind.UPDATE:
-            return self._span(k, "optimizer", f"U{y}", start, start + update_s(self.costs, layers), y)
-        r, b = backward_s(self.costs, layers, self.recompute)
-        mid = self._span(k, "recompute", f"R{y}", start, start + r, y) if r else start
-        return self._span(k, "backward", f"B{y}", mid, mid + b, y)
-
-    def _span(self, k: int, category: str, name: str, start: float, end: float, subnet: int) -> float:
-        result = self.results[k]
-        result.seconds[category] += end - start
-        if self.trace_left[k] > 0:
-            self.trace_left[k] -= 1
-            result.trace.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": k,
-                                 "ts": round(start * 1e6, 3), "dur": round((end - start) * 1e6, 3),
-                                 "args": {"subnet": subnet}})
-        else:
-            result.trace_dropped += 1
-        return end
-
-    def _destination(self, k: int, task: Task) -> int | None:
-        """The stage ``task``'s message goes to, if it sends one."""
-        if task.kind is Kind.FORWARD and k < len(self.policies) - 1:
-            return k + 1
-        if task.kind is Kind.BACKWARD and k > 0:
-            return k - 1
-        return None
-
-    def _finish(self, k: int, task: Task) -> None:
-        self.policies[k].completed(task)
-        if task.kind is Kind.UPDATE and self.plan.mirrored:
-            self._send_mirrors(k)
-        if task.kind is Kind.FORWARD and k == len(self.policies) - 1:
-            self.policies[k].backward_arrived(task.subnet)
-            return
-        dst = self._destination(k, task)
-        if dst is None:
-            return
-        if self.blocking:  # its arrival was scheduled when the send began
-            return
-        what = _ARRIVE_F if task.kind is Kind.FORWARD else _ARRIVE_B
-        if self.costs.free_io:
-            deliver = self.policies[dst].forward_arrived if what == _ARRIVE_F else self.policies[dst].backward_arrived
-            deliver(task.subnet)
-            self.dirty.add(dst)
-            return
-        self._push(self._transfer(k, dst, task.subnet, self.now), what, dst, task.subnet)
-
-    def _send_mirrors(self, k: int) -> None:
-        """Each mirror of ``k``'s update: relayed over neighbours to its stage, or delivered at once (free io)."""
+    def _mirrors(self, k: int, now: float) -> tuple[list[tuple[float, Mirror]], list[int]]:
+        """Stage ``k``'s update at ``now`` sends its mirrors: ``(arrival time and mirror of each one
+        relayed hop by hop over the neighbour links, stages reached at once with free messages)``."""
         costs = self.costs
+        relayed: list[tuple[float, Mirror]] = []
+        reached: list[int] = []
+        result = self.results[k]
         for mirror in self.policies[k].take_mirrors():
             nbytes = costs.param_bytes(mirror.layer) * (1 + costs.optimizer_states)
-            self.results[k].mirror_bytes += nbytes
+            result.mirror_bytes += nbytes
             if costs.free_io:
                 self._mirror_arrived(mirror.dst, mirror)
+                reached.append(mirror.dst)
                 continue
-            at, step = self.now, 1 if mirror.dst > k else -1
+            at, step = now, 1 if mirror.dst > k else -1
+            links = self.link_up if step == 1 else self.link_down
             for src in range(k, mirror.dst, step):
-                start = max(at, self.link_free.get((src, src + step), 0.0))
+                start = max(at, links[src])
                 at = start + costs.hardware.transfer_s(src, src + step, nbytes)
-                self.link_free[(src, src + step)] = at
-            self._push(at, _ARRIVE_M, mirror.dst, mirror)
+                links[src] = at
+            relayed.append((at, mirror))
+        return relayed, reached
 
     def _mirror_arrived(self, k: int, mirror: Mirror) -> None:
         self.copies[k].replaced(mirror.layer)
         self.policies[k].mirror_arrived(mirror.layer, mirror.version)
-        self.dirty.add(k)
 
-    def _transfer(self, src: int, dst: int, subnet: int, now: float) -> float:
-        """When the activation after ``src``'s last layer (or its gradient) sent at ``now`` reaches ``dst``."""
-        nbytes = self._message_bytes(src, dst, subnet)
-        start = max(now, self.link_free.get((src, dst), 0.0))
-        arrive = start + self.costs.hardware.transfer_s(src, dst, nbytes)
-        self.link_free[(src, dst)] = arrive
-        return arrive
+    def _trace(self, k: int, task: Task, times: tuple[float, float, float, float, float], recomputes: bool) -> None:
+        """The task's spans, in time order, into stage ``k``'s trace while its budget lasts."""
+        kind, y, _ = task
+        now, start, mid, end, free = times
+        if start > now:
+            self._trace_span(k, "waiting", "copy", now, start, y)
+        if kind is Kind.FORWARD:
+            self._trace_span(k, "forward", f"F{y}", start, end, y)
+        elif kind is Kind.UPDATE:
+            self._trace_span(k, "optimizer", f"U{y}", start, end, y)
+        else:
+            if recomputes:
+                self._trace_span(k, "recompute", f"R{y}", start, mid, y)
+            self._trace_span(k, "backward", f"B{y}", mid, end, y)
+        if free > end:
+            self._trace_span(k, "waiting", "copy", end, free, y)
 
-    def _message_bytes(self, src: int, dst: int, subnet: int) -> float:
-        """Bytes of the activation after ``src``'s last layer (or its gradient), counted as sent."""
-        boundary = self.layout.all(subnet)[min(src, dst)][-1]
-        nbytes = self.costs.boundary_bytes(boundary)
-        self.results[src].sent_bytes += nbytes
-        return nbytes
+    def _trace_span(self, k: int, category: str, name: str, a: float, b: float, subnet: int) -> None:
+        """One span into stage ``k``'s trace, if its budget lasts (what it drops is counted at the end)."""
+        if self.trace_left[k] <= 0:
+            return
+        self.trace_left[k] -= 1
+        self.results[k].trace.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": k,
+                                      "ts": round(a * 1e6, 3), "dur": round((b - a) * 1e6, 3),
+                                      "args": {"subnet": subnet}})

@@ -24,7 +24,7 @@ from naspipe.context.cache import DeviceCache, Move
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.predictor import layer_uses, predict
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
 
@@ -81,20 +81,22 @@ class SynchronousSwap:
     def __init__(self, costs: CostModel, trainable: frozenset[int]) -> None:
         self.stats = CopyStats()
         self.costs, self.trainable = costs, trainable
+        self._param_bytes = {lid: costs.param_bytes(lid) for lid in trainable}  # per task: no call per layer
 
     def _bytes(self, layers: tuple[int, ...], per_param: int) -> float:
-        return sum(self.costs.param_bytes(lid) for lid in layers if lid in self.trainable) * per_param
+        param_bytes = self._param_bytes
+        return sum([param_bytes[lid] for lid in layers if lid in param_bytes]) * per_param
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         self.stats.misses += len(layers)
         # parameters; at the update also the optimizer state and the subnet's stashed gradient
-        per_param = 1 if task.kind is not Kind.UPDATE else 2 + self.costs.optimizer_states
+        per_param = 1 if task.kind is not UPDATE else 2 + self.costs.optimizer_states
         return self._copy(self._bytes(layers, per_param), now, inbound=True)
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        if task.kind is Kind.FORWARD:
+        if task.kind is FORWARD:
             return now  # unchanged parameters are dropped, not copied back
-        per_param = 1 if task.kind is Kind.BACKWARD else 1 + self.costs.optimizer_states  # gradient / new state
+        per_param = 1 if task.kind is BACKWARD else 1 + self.costs.optimizer_states  # gradient / new state
         return self._copy(self._bytes(layers, per_param), now, inbound=False)
 
     def replaced(self, layer: int) -> None:
@@ -151,7 +153,7 @@ class ContextCache:
         return ready
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        self.cache.release(layers, dirty=task.kind is Kind.UPDATE)
+        self.cache.release(layers, dirty=task.kind is UPDATE)
         return now
 
     def replaced(self, layer: int) -> None:

@@ -11,6 +11,7 @@ see this structure; tensors never enter here.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -36,6 +37,8 @@ class SpaceStructure:
     shared_policy: SharedPolicy = "frozen"
     _block_offsets: tuple[int, ...] = field(init=False, repr=False, compare=False)
     _num_layers: int = field(init=False, repr=False, compare=False)  # computed once: on the scheduler's hot path
+    _block_sizes: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _shared_ids: tuple[tuple[int, ...], tuple[int, ...]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.blocks or any(not b for b in self.blocks):
@@ -48,6 +51,9 @@ class SpaceStructure:
             next_id += len(block)
         object.__setattr__(self, "_block_offsets", tuple(offsets))
         object.__setattr__(self, "_num_layers", next_id + len(self.suffix))
+        object.__setattr__(self, "_block_sizes", tuple(len(b) for b in self.blocks))
+        object.__setattr__(self, "_shared_ids", (tuple(range(len(self.prefix))),
+                                                 tuple(range(next_id, next_id + len(self.suffix)))))
 
     @property
     def choices_per_block(self) -> tuple[int, ...]:
@@ -71,10 +77,12 @@ class SpaceStructure:
         """The layer the subnet runs at each position, in execution order."""
         if len(subnet.choices) != len(self.blocks):
             raise ValueError(f"subnet {subnet} has {len(subnet.choices)} choices, space has {len(self.blocks)} blocks")
-        prefix = tuple(range(len(self.prefix)))
-        chosen = tuple(self.layer_id(b, c) for b, c in enumerate(subnet.choices))
-        first_suffix = self.num_layers - len(self.suffix)
-        return prefix + chosen + tuple(range(first_suffix, self.num_layers))
+        choices = subnet.choices
+        if choices and (min(choices) < 0 or not all(map(operator.lt, choices, self._block_sizes))):
+            for b, c in enumerate(choices):
+                self.layer_id(b, c)  # raises, naming the first block out of range
+        prefix, suffix = self._shared_ids
+        return prefix + tuple(map(operator.add, self._block_offsets, choices)) + suffix
 
     def is_shared(self, layer: int) -> bool:
         return layer < len(self.prefix) or layer >= self.num_layers - len(self.suffix)

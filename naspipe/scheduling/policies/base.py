@@ -24,7 +24,7 @@ from typing import ClassVar, Self
 
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import FORWARD, Kind, Task, new_task
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,13 @@ class StagePolicy(ABC):
         self.forward_arrived(subnet)
 
     def forward_arrived(self, subnet: int) -> None:
-        self._register_through(subnet)
-        self._note_arrival(subnet)
+        while self._registered <= subnet:  # _register_through, inlined (once per forward)
+            self._on_register(self._registered)
+            self._registered += 1
+        if subnet == self._arrived_below and not self._arrived_ahead:  # in order: _note_arrival's common case
+            self._arrived_below = subnet + 1
+        else:
+            self._note_arrival(subnet)
         self._on_forward(subnet)
 
     def backward_arrived(self, subnet: int) -> None:
@@ -125,10 +130,11 @@ class StagePolicy(ABC):
         return []
 
     def completed(self, task: Task) -> None:
-        if task.kind is Kind.FORWARD and not self.is_last:
+        kind = task.kind
+        if kind is FORWARD and not self.is_last:
             self._awaiting_backward[task.subnet] = None
         self._on_completed(task)
-        if task.kind is self.final_kind:
+        if kind is self.final_kind:
             self.finished += 1
 
     def pending_arrivals(self, end: int) -> Iterator[int]:
@@ -182,4 +188,4 @@ class StagePolicy(ABC):
     def _on_completed(self, task: Task) -> None: ...
 
     def task(self, kind: Kind, subnet: int) -> Task:
-        return Task(kind, subnet, self.stage)
+        return new_task((kind, subnet, self.stage))

@@ -28,7 +28,7 @@ import heapq
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import BACKWARD, UPDATE, Kind, Task, new_task
 from naspipe.scheduling.versions import VersionTable
 
 
@@ -39,6 +39,7 @@ class CSP(StagePolicy):
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
         self.versions = VersionTable()
+        self._mirrored = plan.mirrored  # read per task
         self._blocked: dict[int, int] = {}  # registered subnet -> layers not yet at its version
         self._waiting: set[int] = set()  # arrived forwards still blocked
         self._ready_f: list[int] = []
@@ -93,12 +94,12 @@ class CSP(StagePolicy):
     def next_task(self) -> Task | None:
         for heap, kind in self._queues:  # updates, then backwards, then the lowest ready forward
             if heap:
-                return Task(kind, heapq.heappop(heap), self.stage)
+                return new_task((kind, heapq.heappop(heap), self.stage))
         return None
 
     def _on_register(self, subnet: int) -> None:
-        here = self.plan.trainable_layers(subnet, self.stage)
-        if not self.plan.mirrored:
+        here = self.plan.trainable_slices(subnet)[self.stage]
+        if not self._mirrored:
             self._blocked[subnet] = self.versions.register(subnet, here)
             return
         uses = self._uses
@@ -117,18 +118,24 @@ class CSP(StagePolicy):
         heapq.heappush(self._ready_b, subnet)
 
     def _on_completed(self, task: Task) -> None:
-        if task.kind is Kind.BACKWARD:
+        kind = task.kind
+        if kind is BACKWARD:
             heapq.heappush(self._ready_u, task.subnet)
-        elif task.kind is Kind.UPDATE:
+        elif kind is UPDATE:
             self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
-        layers = self.plan.trainable_layers(subnet, self.stage)
-        versions = [self.versions.required(subnet, layer) + 1 for layer in layers] if self.plan.mirrored else []
+        if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
+            for unblocked in self.versions.write_registered(subnet):
+                self._unblock(unblocked)
+            del self._blocked[subnet]
+            return
+        layers = self.plan.trainable_slices(subnet)[self.stage]
+        versions = [self.versions.required(subnet, layer) + 1 for layer in layers]
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)
         del self._blocked[subnet]
-        for layer, version in zip(layers, versions, strict=False):
+        for layer, version in zip(layers, versions, strict=True):
             self._mirror(layer, subnet, version)
 
     def _unblock(self, subnet: int | None) -> None:

@@ -34,7 +34,7 @@ from typing import ClassVar
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 
 
 class GPipe(StagePolicy):
@@ -78,12 +78,13 @@ class GPipe(StagePolicy):
 
     def next_task(self) -> Task | None:
         if self._ready_u:
-            return self.task(Kind.UPDATE, heapq.heappop(self._ready_u))
-        members = self.bulk_members(self.current_bulk)
-        if self._ready_b and (not self.is_last or self._forwards_done == len(members)):
-            return self.task(Kind.BACKWARD, -heapq.heappop(self._ready_b))
-        if self._ready_f and self._ready_f[0] in members:
-            return self.task(Kind.FORWARD, heapq.heappop(self._ready_f))
+            return new_task((UPDATE, heapq.heappop(self._ready_u), self.stage))
+        start = self.finished // self.bulk * self.bulk  # bulk_members(current_bulk) is [start, stop), inlined
+        stop = start + self.bulk if self._end is None else min(start + self.bulk, self._end)
+        if self._ready_b and (not self.is_last or self._forwards_done == max(stop - start, 0)):
+            return new_task((BACKWARD, -heapq.heappop(self._ready_b), self.stage))
+        if self._ready_f and start <= self._ready_f[0] < stop:
+            return new_task((FORWARD, heapq.heappop(self._ready_f), self.stage))
         return None
 
     def _on_forward(self, subnet: int) -> None:
@@ -93,9 +94,10 @@ class GPipe(StagePolicy):
         heapq.heappush(self._ready_b, -subnet)
 
     def _on_completed(self, task: Task) -> None:
-        if task.kind is Kind.FORWARD:
+        kind = task.kind
+        if kind is FORWARD:
             self._forwards_done += 1
-        elif task.kind is Kind.BACKWARD:
+        elif kind is BACKWARD:
             self._backwards_done += 1
             members = self.bulk_members(self.current_bulk)
             if self._backwards_done == len(members):  # the flush: updates in subnet order

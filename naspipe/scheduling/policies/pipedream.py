@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 
 
 class PipeDream(StagePolicy):
@@ -68,17 +68,17 @@ class PipeDream(StagePolicy):
 
     def next_task(self) -> Task | None:
         if self._pending_u:
-            return self.task(Kind.UPDATE, self._pending_u.popleft())
+            return new_task((UPDATE, self._pending_u.popleft(), self.stage))
         forwards_left = self._end is None or self._next_f < self._end
         if len(self._active) < self.depth and forwards_left:
             if self._next_f in self._arrived_f:
                 self._arrived_f.remove(self._next_f)
-                return self.task(Kind.FORWARD, self._next_f)
+                return new_task((FORWARD, self._next_f, self.stage))
             if self._end is not None or not self._active or self._active[0] not in self._arrived_b:
                 return None  # 1F1B: the next forward is due; wait for it
         if self._active and self._active[0] in self._arrived_b:
             self._arrived_b.remove(self._active[0])
-            return self.task(Kind.BACKWARD, self._active[0])
+            return new_task((BACKWARD, self._active[0], self.stage))
         return None
 
     def _on_forward(self, subnet: int) -> None:
@@ -88,10 +88,10 @@ class PipeDream(StagePolicy):
         self._arrived_b.add(subnet)
 
     def _on_completed(self, task: Task) -> None:
-        if task.kind is Kind.FORWARD:
+        if task.kind is FORWARD:
             self._active.append(task.subnet)
             self._next_f += 1
-        elif task.kind is Kind.BACKWARD:
+        elif task.kind is BACKWARD:
             self._active.popleft()
             self._backwards += 1
             self._pending_u.append(task.subnet)

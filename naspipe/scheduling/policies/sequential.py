@@ -13,7 +13,7 @@ from collections import deque
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 
 
 class Sequential(StagePolicy):
@@ -30,11 +30,11 @@ class Sequential(StagePolicy):
         return self._ready.popleft() if self._ready else None
 
     def _on_forward(self, subnet: int) -> None:
-        self._ready.append(self.task(Kind.FORWARD, subnet))
+        self._ready.append(self.task(FORWARD, subnet))
 
     def _on_backward(self, subnet: int) -> None:
-        self._ready.append(self.task(Kind.BACKWARD, subnet))
+        self._ready.append(self.task(BACKWARD, subnet))
 
     def _on_completed(self, task: Task) -> None:
-        if task.kind is Kind.BACKWARD:
-            self._ready.append(self.task(Kind.UPDATE, task.subnet))
+        if task.kind is BACKWARD:
+            self._ready.append(self.task(UPDATE, task.subnet))

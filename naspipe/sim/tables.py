@@ -1,0 +1,175 @@
+"""Every (subnet, stage)'s task seconds and message, computed for blocks of subnets at once.
+
+The engine's hot loop must not sum a stage's layers per task (64 stages x 100,000 subnets is
+~19 M tasks). A :class:`CostBlock` holds, for ``BLOCK`` consecutive subnets and every stage,
+what :func:`~naspipe.sim.costs.forward_s`, :func:`~naspipe.sim.costs.backward_s` and
+:func:`~naspipe.sim.costs.update_s` return for that stage's slice of the subnet
+(:class:`~naspipe.sim.layout.SubnetLayers`: with per-subnet plans each subnet cut by its own
+partition), and the seconds and bytes of the activation the stage sends to the next one (the
+gradient going back over the same boundary has the same size and link). A weight-stashing
+model's forward includes the stash (:func:`~naspipe.sim.costs.stash_s`). It is built with
+numpy but bit for bit the scalar functions' answers: a stage's layers are added one position
+at a time, in execution order, as ``sum`` adds them, and every other operation is the same
+IEEE operation on the same operands (a test compares every entry). Values are Python floats
+in flat lists, index ``(subnet - first) * D + stage``.
+
+:class:`CostTable` keeps the blocks the pipeline is working on (subnets in flight span a few
+hundred ids at most) and rebuilds an evicted block on demand; rebuilding one it evicted
+earlier widens what it keeps, so a very wide window costs memory, never repeated work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.sim.costs import CostModel
+
+BLOCK_SHIFT = 8
+BLOCK = 1 << BLOCK_SHIFT  # subnets per block
+BLOCK_MASK = BLOCK - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CostBlock:
+    """Flat per-(subnet, stage) lists; ``msg_*[i]`` is the message from stage k to k + 1 (unset on the last)."""
+
+    forward: list[float]
+    recompute: list[float]  # 0.0 without recomputation
+    backward: list[float]  # without the recompute
+    update: list[float]
+    msg_s: list[float]  # transfer seconds (0.0 with free messages)
+    msg_bytes: list[float]
+    uses: list[int]  # layer uses of the forward, backward and update (the update touches trainable ones)
+
+
+class CostTable:
+    """Lazily built :class:`CostBlock` per ``BLOCK`` subnets of one plan, costs and recompute setting."""
+
+    def __init__(self, plan: PipelinePlan, costs: CostModel, recompute: bool, keep: int = 4) -> None:
+        structure = plan.structure
+        self.plan, self.costs, self.recompute, self.keep = plan, costs, recompute, keep
+        self.stages = plan.num_stages
+        n = structure.num_layers
+        trainable = np.array([structure.is_trainable(lid) for lid in range(n)], dtype=bool)
+        self._trainable = trainable
+        self._forward = np.array([c.forward_s for c in costs.layers], dtype=np.float64)
+        self._recompute = np.array([c.recompute_s for c in costs.layers], dtype=np.float64)
+        self._backward = np.array([c.backward_s for c in costs.layers], dtype=np.float64)
+        self._update = np.where(trainable, np.array([c.update_s for c in costs.layers], dtype=np.float64), 0.0)
+        hw = costs.hardware  # stash_s's per-layer term, evaluated as it does (Python floats)
+        self._stash = np.array([hw.stash_overhead_s + 2 * costs.param_bytes(lid) / hw.memory_bandwidth
+                                for lid in range(n)], dtype=np.float64) if costs.stash_weights else None
+        self._out_bytes = np.array([info.out_bytes for info in costs.info], dtype=np.float64)
+        self._prefix = np.arange(len(structure.prefix), dtype=np.int64)
+        self._offsets = np.array([structure.layer_id(b, 0) for b in range(len(structure.blocks))], dtype=np.int64)
+        self._suffix = np.arange(n - len(structure.suffix), n, dtype=np.int64)
+        bounds = plan.partition.bounds
+        self._stage_of_position = np.repeat(np.arange(self.stages), np.diff(np.asarray(bounds)))
+        self._last_position = np.asarray(bounds[1:], dtype=np.int64) - 1  # of each stage
+        self._positions = np.arange(structure.num_positions, dtype=np.int64)
+        self._ones, self._trainable_ones = np.ones(n, dtype=np.int64), trainable.astype(np.int64)  # to count layers
+        self._same_host = [hw.host_of(k) == hw.host_of(k + 1) for k in range(self.stages - 1)]
+        self.blocks: dict[int, CostBlock] = {}
+        self._evicted: set[int] = set()
+
+    def block(self, index: int) -> CostBlock:
+        """Subnets ``[index * BLOCK, (index + 1) * BLOCK)``; the engine looks here first: ``blocks.get``."""
+        found = self.blocks.get(index)
+        if found is not None:
+            return found
+        if index in self._evicted:
+            self.keep += 1
+        built = self.blocks[index] = self._build(index)
+        while len(self.blocks) > self.keep:
+            oldest = min(self.blocks)
+            del self.blocks[oldest]
+            self._evicted.add(oldest)
+        return built
+
+    def _layer_matrix(self, index: int) -> np.ndarray:
+        """Row ``i``: the layer subnet ``index * BLOCK + i`` runs at each position (as SubnetLayers)."""
+        stream = self.plan.stream
+        first = index * BLOCK
+        choices = np.array([stream[y].choices for y in range(first, first + BLOCK)], dtype=np.int64)
+        rows = choices.shape[0]
+        chosen = choices.reshape(rows, -1) + self._offsets
+        return np.concatenate([np.broadcast_to(self._prefix, (rows, self._prefix.size)), chosen,
+                               np.broadcast_to(self._suffix, (rows, self._suffix.size))], axis=1)
+
+    def _stage_of(self, index: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """Per-subnet plans: ``(stage of every (row, position), last position of every (row, stage))``;
+        static plans: ``(None, last position of every stage)`` (one partition for all rows)."""
+        if not self.plan.mirrored:
+            return None, self._last_position
+        first = index * BLOCK
+        bounds = np.array([self.plan.partition_of(y).bounds for y in range(first, first + BLOCK)], dtype=np.int64)
+        inner = bounds[:, 1:-1]  # (rows, D - 1): the first position of stages 1..D-1
+        stage_of = (self._positions[None, :, None] >= inner[:, None, :]).sum(axis=2)
+        return stage_of, bounds[:, 1:] - 1
+
+    def _stage_sums(self, per_layer: np.ndarray, layers: np.ndarray, stage_of: np.ndarray | None) -> np.ndarray:
+        """``(rows, D)``: each stage's per-layer values added in position order, starting from 0.0 (as ``sum``)."""
+        values = per_layer[layers]
+        rows = layers.shape[0]
+        acc = np.zeros((rows, self.stages), dtype=np.float64)
+        if stage_of is None:
+            for position, stage in enumerate(self._stage_of_position):
+                acc[:, stage] += values[:, position]
+            return acc
+        every = np.arange(rows)  # each row adds one value per position, to its own stage: no repeated index
+        for position in range(values.shape[1]):
+            acc[every, stage_of[:, position]] += values[:, position]
+        return acc
+
+    def _build(self, index: int) -> CostBlock:
+        costs, d = self.costs, self.stages
+        layers = self._layer_matrix(index)
+        rows = layers.shape[0]
+        stage_of, last_position = self._stage_of(index)
+        counts = self._stage_sums(self._ones, layers, stage_of).astype(np.int64)
+        trainable = self._stage_sums(self._trainable_ones, layers, stage_of).astype(np.int64)
+        if costs.per_task:
+            ones = np.ones((rows, d))
+            forward, update = ones, np.zeros((rows, d))
+            recompute, backward = (ones, ones) if self.recompute else (np.zeros((rows, d)), 2.0 * ones)
+        else:
+            overhead = costs.hardware.task_overhead_s
+            kernels = self._stage_sums(self._forward, layers, stage_of)
+            if self._stash is None:
+                forward = overhead + kernels
+            else:  # forward_s: (overhead + stash) + kernels
+                forward = (overhead + self._stage_sums(self._stash, layers, stage_of)) + kernels
+            update = overhead + self._stage_sums(self._update, layers, stage_of)
+            backward = overhead + self._stage_sums(self._backward, layers, stage_of)
+            recompute = self._stage_sums(self._recompute, layers, stage_of) if self.recompute else np.zeros((rows, d))
+        msg_bytes = np.zeros((rows, d))
+        msg_s = np.zeros((rows, d))
+        if d > 1:
+            if last_position.ndim == 1:
+                boundary = layers[:, last_position[:-1]]  # (rows, D - 1): the layer before each link
+            else:
+                boundary = np.take_along_axis(layers, last_position[:, :-1], axis=1)
+            msg_bytes[:, :-1] = self._out_bytes[boundary] * costs.batch
+            if not costs.free_io:
+                msg_s[:, :-1] = self._transfer(msg_bytes[:, :-1])
+        def flat(a: np.ndarray) -> list[float]:
+            return cast(list[float], a.ravel().tolist())  # float64 -> Python floats
+
+        uses: list[int] = (2 * counts + trainable).ravel().tolist()
+        return CostBlock(flat(forward), flat(recompute), flat(backward), flat(update), flat(msg_s), flat(msg_bytes),
+                         uses)
+
+    def _transfer(self, nbytes: np.ndarray) -> np.ndarray:
+        """:meth:`Hardware.transfer_s` per link column, the same operations in the same order."""
+        hw = self.costs.hardware
+        out = np.empty_like(nbytes)
+        for k, same in enumerate(self._same_host):
+            if same:
+                out[:, k] = hw.intra_host_latency + nbytes[:, k] / hw.intra_host_bandwidth
+            else:
+                out[:, k] = hw.network_latency + nbytes[:, k] / hw.network_bandwidth
+        return out
