@@ -266,13 +266,13 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
     - ``stash_overhead_s``: PipeDream's forward beyond that, per layer;
     - ``task_gap_s``: time between consecutive spans of a stage (outside any span);
     - ``copy_overhead_s``: VPipe's swap-in spans (a few kB each: the bytes are negligible);
-    - ``send_overhead_s``: sends of ``sequential``, whose receiver is always idle;
+    - ``send_overhead_s``: sends to a peer that is not computing (waiting or itself sending);
     - ``intra_host_latency``: from ``sequential``'s round trips (stage 0's send of F y to its
       recompute of y, less stage 1's span from F y to its send of B y), halved;
     - ``run_overhead_s``: makespan less the stages' span from stage 0's first task to the last
       span's end;
-    - ``receiver_busy_s``: Python's switch interval (``sys.getswitchinterval``), not fitted;
-      PipeDream's sends to a computing peer are printed next to it as a check.
+    - ``receiver_busy_s``: from how much longer sends to a computing peer take (see
+      :func:`receiver_busy`); at most Python's switch interval in theory, 0 as measured here.
     """
     from naspipe.sim.cli import build_setup
     from naspipe.sim.costs import backward_s, forward_s, stash_s, update_s, with_weight_stash
@@ -311,8 +311,6 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
                     else:
                         if system == "vpipe" and e["kind"].startswith("swap-in"):
                             extra["copy"].append(e["end"] - e["start"])
-                        if e["kind"].startswith("send"):
-                            extra[f"send-{system}"].append(e["end"] - e["start"])
                         continue
                     over = e["end"] - e["start"] - model
                     if system == "pipedream" and e["kind"] == "forward":
@@ -321,6 +319,10 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
                         extra["task"].append(over)
             if system == "sequential":
                 extra["latency"].extend(one_way_delays(trace))
+            for hold, remaining in sends_by_receiver(trace):
+                extra["send-idle" if remaining == 0 else "send-busy"].append(hold)
+                if remaining > 0:
+                    extra["busy-remaining"].append(remaining)
     mean = statistics.fmean
     task = mean(extra["task"])
     stash_per_layer = mean([(over - task) / n for over, n in stashing]) if stashing else None
@@ -331,18 +333,49 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
         run_overhead_s=statistics.median(extra["run"]),
         copy_overhead_s=mean(extra["copy"]) if extra["copy"] else hardware.copy_overhead_s,
         stash_overhead_s=hardware.stash_overhead_s if stash_per_layer is None else max(stash_per_layer, 0.0),
-        send_overhead_s=mean(extra["send-sequential"]) if extra["send-sequential"] else hardware.send_overhead_s,
+        send_overhead_s=mean(extra["send-idle"]) if extra["send-idle"] else hardware.send_overhead_s,
         intra_host_latency=mean(extra["latency"]) if extra["latency"] else hardware.intra_host_latency,
-        receiver_busy_s=sys.getswitchinterval(),
+        receiver_busy_s=receiver_busy(extra["send-busy"], extra["busy-remaining"], extra["send-idle"]),
     )
     print("fitted cpu-local constants (means over the measured runs; paste into config/hardware/cpu-local.yaml):")
     for key in FITTED:
         print(f"  {key}: {getattr(fitted, key):.3e}    # spec: {getattr(hardware, key):.3e}")
-    if extra["send-pipedream"]:
-        most = fitted.send_overhead_s + fitted.receiver_busy_s
-        print(f"  (check: pipedream's median send {statistics.median(extra['send-pipedream']) * 1e3:.2f} ms, "
-              f"mostly to a computing peer; model: up to {most * 1e3:.2f} ms)")
+    if extra["send-busy"]:
+        print(f"  (sends to a computing peer: {len(extra['send-busy'])}, mean {mean(extra['send-busy']) * 1e3:.2f} ms; "
+              f"to an idle one: {len(extra['send-idle'])}, mean {mean(extra['send-idle']) * 1e3:.2f} ms; "
+              f"Python's switch interval, the most a GIL hand-off could add: {sys.getswitchinterval() * 1e3:.1f} ms)")
     return fitted
+
+
+def sends_by_receiver(trace: dict[int, list[dict[str, Any]]]) -> list[tuple[float, float]]:
+    """Each send's hold and how much longer its receiver was computing when it began (0: idle or sending)."""
+    busy = {k: [(e["start"], e["end"]) for e in stage if e["kind"] in BUSY] for k, stage in trace.items()}
+    out = []
+    for k, stage in trace.items():
+        for e in stage:
+            if not e["kind"].startswith("send"):
+                continue
+            dst = k + 1 if e["kind"].startswith("send F") else k - 1
+            t = e["start"]
+            remaining = max((end - t for start, end in busy.get(dst, ()) if start <= t < end), default=0.0)
+            out.append((e["end"] - t, remaining))
+    return out
+
+
+def receiver_busy(busy: list[float], remaining: list[float], idle: list[float]) -> float:
+    """The cap ``R`` of the model's extra hold ``min(R, remaining)`` for a send to a computing peer
+    that makes its mean extra hold the measured one (sends to a computing peer less sends to an
+    idle one, on average); 0 when they are no longer."""
+    if not busy or not idle:
+        return 0.0
+    excess = statistics.fmean(busy) - statistics.fmean(idle)
+    if excess <= 0:
+        return 0.0
+    lo, hi = 0.0, max(remaining)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if statistics.fmean(min(mid, r) for r in remaining) < excess else (lo, mid)
+    return hi
 
 
 def one_way_delays(trace: dict[int, list[dict[str, Any]]]) -> list[float]:
