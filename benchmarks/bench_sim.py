@@ -238,7 +238,7 @@ def print_table(args: argparse.Namespace, systems: list[str], medians: dict[str,
 
 # -- fitting cpu-local's runtime constants from measured traces ---------------------------------
 
-FITTED = ("task_overhead_s", "task_gap_s", "run_overhead_s", "copy_overhead_s", "stash_overhead_s",
+FITTED = ("task_overhead_s", "update_overhead_s", "task_gap_s", "run_overhead_s", "copy_overhead_s", "stash_overhead_s",
           "send_overhead_s", "intra_host_latency", "receiver_busy_s")
 
 
@@ -262,7 +262,8 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
     """cpu-local's runtime constants from the measured runs (every one a median over tasks):
 
     - ``task_overhead_s``: a task's span minus its profiled kernels (forward, recompute +
-      backward, update), systems without weight stashing;
+      backward), systems without weight stashing (and PipeDream's backward);
+    - ``update_overhead_s``: the same for the optimizer steps;
     - ``stash_overhead_s``: PipeDream's forward beyond that, per layer;
     - ``task_gap_s``: time between consecutive spans of a stage (outside any span);
     - ``copy_overhead_s``: VPipe's swap-in spans (a few kB each: the bytes are negligible);
@@ -316,7 +317,7 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
                     if system == "pipedream" and e["kind"] == "forward":
                         stashing.append((over - stash_s(stash, layers), len(layers)))
                     else:
-                        extra["task"].append(over)
+                        extra["update" if e["kind"] == "optimizer" else "task"].append(over)
             if system == "sequential":
                 extra["latency"].extend(one_way_delays(trace))
             for hold, remaining in sends_by_receiver(trace):
@@ -329,6 +330,7 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
     fitted = replace(
         hardware,
         task_overhead_s=task,
+        update_overhead_s=mean(extra["update"]),
         task_gap_s=mean(extra["gap"]),
         run_overhead_s=statistics.median(extra["run"]),
         copy_overhead_s=mean(extra["copy"]) if extra["copy"] else hardware.copy_overhead_s,
