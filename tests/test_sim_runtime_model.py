@@ -8,7 +8,7 @@ import pytest
 
 from naspipe.partition import balanced_partition
 from naspipe.scheduling import PipelinePlan, PolicyOptions
-from naspipe.sim.costs import LayerInfo, analytic_costs, forward_s, with_weight_stash
+from naspipe.sim.costs import LayerInfo, analytic_costs, backward_s, forward_s, update_s, with_weight_stash
 from naspipe.sim.hardware import load_hardware
 from naspipe.sim.run import SimSetup, simulate_run
 from naspipe.space.structure import SpaceStructure
@@ -80,3 +80,21 @@ def test_idle_gaps_between_tasks_are_not_busy():
     busy_gaps = [sum(v for k, v in s.items() if k != "waiting") for s in gaps["seconds_per_stage"]]  # type: ignore[attr-defined]
     assert busy == pytest.approx(busy_gaps, rel=1e-12)
     assert gaps["makespan_s"] > base["makespan_s"]  # type: ignore[operator]
+
+
+def test_an_optimizer_step_pays_its_own_overhead_and_forward_and_backward_theirs():
+    hw = replace(CPU, task_overhead_s=0.003, update_overhead_s=0.001)
+    plan = plan_of()
+    info = [LayerInfo(1000, 1e6, 4096.0, 16384.0) for _ in range(plan.structure.num_layers)]
+    costs = analytic_costs(info, hw, 4, "sgd")
+    layers = (1, 2, 3)
+    kernels = [costs.layers[lid] for lid in layers]
+    assert update_s(costs, layers) == pytest.approx(0.001 + sum(c.update_s for c in kernels), rel=1e-12)
+    assert forward_s(costs, layers) == pytest.approx(0.003 + sum(c.forward_s for c in kernels), rel=1e-12)
+    recompute, backward = backward_s(costs, layers, True)
+    assert recompute + backward == pytest.approx(0.003 + sum(c.recompute_s + c.backward_s for c in kernels), rel=1e-12)
+    cheap, _ = run("sequential", replace(hw, update_overhead_s=0.0))
+    dear, _ = run("sequential", hw)
+    optimizer = [s["optimizer"] for s in dear["seconds_per_stage"]]  # type: ignore[attr-defined]
+    assert sum(optimizer) == pytest.approx(
+        sum(s["optimizer"] for s in cheap["seconds_per_stage"]) + 6 * 2 * 0.001, rel=1e-9)  # type: ignore[attr-defined]

@@ -19,7 +19,8 @@ messages and copies. Three models:
   recomputation with ``naspipe profile --no-recompute``: its forward builds the graph). The
   optimizer is priced analytically.
 
-Beyond the kernels every task pays ``hardware.task_overhead_s``, and a weight-stashing system
+Beyond the kernels every forward and backward pays ``hardware.task_overhead_s`` and every
+optimizer step ``hardware.update_overhead_s``, and a weight-stashing system
 (PipeDream) pays per layer of a forward the stash: a clone of the parameters (read and
 written once at memory bandwidth) plus ``hardware.stash_overhead_s`` for running the layer
 on the clones (``torch.func.functional_call``), none of which a profile sees. Its backward
@@ -155,7 +156,7 @@ def forward_s(costs: CostModel, layers: tuple[int, ...]) -> float:
 def update_s(costs: CostModel, trainable: tuple[int, ...]) -> float:
     if costs.per_task:
         return 0.0
-    return costs.hardware.task_overhead_s + sum(costs.layers[lid].update_s for lid in trainable)
+    return costs.hardware.update_overhead_s + sum(costs.layers[lid].update_s for lid in trainable)
 
 
 def backward_s(costs: CostModel, layers: tuple[int, ...], recompute: bool) -> tuple[float, float]:

@@ -9,8 +9,11 @@ checked on load, so a typo is one line naming the file and key, never a silent d
 Some keys describe the runtime on that machine rather than its silicon, because on a CPU
 host they are as large as the kernels (``benchmarks/bench_sim.py --fit`` measures them):
 
-- ``task_overhead_s``: per task, inside its span (busy): the worker's Python around the
-  profiled kernels (per-layer autograd units, the batch on stage 0, the loss on the last).
+- ``task_overhead_s``: per forward or backward task, inside its span (busy): the worker's
+  Python around the profiled kernels (per-layer autograd units, the batch on stage 0, the
+  loss on the last).
+- ``update_overhead_s``: the same for an optimizer step, which has none of that (measured on
+  cpu-local: 0.2 ms against 0.4-0.6 ms).
 - ``task_gap_s``: per task, outside any span (idle): policy, drain, bookkeeping.
 - ``run_overhead_s``: once per run, inside the measured makespan: start-up before the first
   task and the final log sync and goodbye after the last.
@@ -19,8 +22,9 @@ host they are as large as the kernels (``benchmarks/bench_sim.py --fit`` measure
   parameter clones (beyond the clone's bytes; :mod:`naspipe.sim.costs`).
 - ``blocking_send``: a send holds its sender (gloo on CPU) for ``send_overhead_s`` plus
   bytes / bandwidth, plus, when the receiving process is computing, up to
-  ``receiver_busy_s`` more (its receive thread waits for the interpreter lock, which a busy
-  process yields after Python's switch interval); the message reaches the receiver's
+  ``receiver_busy_s`` more (its receive thread may wait for the interpreter lock, which a busy
+  process yields at the latest after Python's switch interval; on cpu-local, measured with
+  ``bench_sim.py --fit``, such sends take no longer, so it is ~0); the message reaches the receiver's
   policy ``*_latency`` after the send began (or when the send ends, if later). Without it,
   sends overlap compute on a communication stream and the link serialises them.
 """
@@ -57,7 +61,8 @@ class Hardware:
     intra_host_latency: float
     network_bandwidth: float
     network_latency: float
-    task_overhead_s: float  # per task inside its span, beyond the profiled kernels
+    task_overhead_s: float  # per forward or backward inside its span, beyond the profiled kernels
+    update_overhead_s: float  # per optimizer step inside its span, beyond the profiled kernels
     task_gap_s: float  # per task outside any span (idle): the worker's scheduling and bookkeeping
     run_overhead_s: float  # once per run inside the makespan: start-up and shutdown
     copy_overhead_s: float  # per host-device copy call, beyond bytes / bandwidth
@@ -96,7 +101,8 @@ class Hardware:
 
 _INTS = {"gpus_per_host", "hosts"}
 _FRACTIONS = {"compute_efficiency"}
-_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s", "task_gap_s",
+_NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s", "update_overhead_s",
+                 "task_gap_s",
                  "run_overhead_s", "copy_overhead_s", "stash_overhead_s", "send_overhead_s", "receiver_busy_s"}
 
 
