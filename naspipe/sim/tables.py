@@ -143,7 +143,7 @@ class CostTable:
                 forward = overhead + kernels
             else:  # forward_s: (overhead + stash) + kernels
                 forward = (overhead + self._stage_sums(self._stash, layers, stage_of)) + kernels
-            update = overhead + self._stage_sums(self._update, layers, stage_of)
+            update = costs.hardware.update_overhead_s + self._stage_sums(self._update, layers, stage_of)
             backward = overhead + self._stage_sums(self._backward, layers, stage_of)
             recompute = self._stage_sums(self._recompute, layers, stage_of) if self.recompute else np.zeros((rows, d))
         msg_bytes = np.zeros((rows, d))
