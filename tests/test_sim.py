@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,11 +65,25 @@ def test_gpipe_with_uniform_costs_has_the_textbook_bubble(stages, bulk):
     assert result.makespan == 3 * 3.0 * (bulk + stages - 1)
 
 
-def layer_costs(plan: PipelinePlan) -> CostModel:
+def layer_costs(plan: PipelinePlan, info: list[LayerInfo] | None = None) -> CostModel:
     """Per-layer durations that differ by layer, messages free: the driver can run the same durations."""
-    base = analytic_costs(infos(plan), HW, 8, "sgd")
+    base = analytic_costs(infos(plan) if info is None else info, HW, 8, "sgd")
     layers = tuple(LayerCost(1.0 + lid % 4, 1.0 + lid % 4, 2.0 + lid % 3, 0.25) for lid in range(len(base.layers)))
     return CostModel("test", layers, base.info, HW, 8, 1, free_io=True)
+
+
+def driver_duration(plan: PipelinePlan, costs: CostModel) -> Callable[[Task], float]:
+    """What a task costs the simulator, for the virtual-time driver to run the same durations."""
+
+    def duration(task: Task) -> float:
+        layers = plan.stage_layers(task.subnet, task.stage)
+        if task.kind is Kind.FORWARD:
+            return forward_s(costs, layers)
+        if task.kind is Kind.BACKWARD:
+            return sum(backward_s(costs, layers, True))
+        return update_s(costs, plan.trainable_layers(task.subnet, task.stage))
+
+    return duration
 
 
 @pytest.mark.parametrize("system", POLICY_NAMES)
@@ -79,17 +94,10 @@ def test_task_order_per_stage_equals_the_virtual_time_driver(system, uniform):
     options = PolicyOptions(max_inflight=4, bulk_size=3)
     sim = simulate(plan, system, 24, options, costs, recompute=True, record_order=True)
 
-    def duration(task: Task) -> float:
-        layers = plan.stage_layers(task.subnet, task.stage)
-        if uniform:
-            return {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
-        if task.kind is Kind.FORWARD:
-            return forward_s(costs, layers)
-        if task.kind is Kind.BACKWARD:
-            return sum(backward_s(costs, layers, True))
-        return update_s(costs, plan.trainable_layers(task.subnet, task.stage))
+    def unit(task: Task) -> float:
+        return {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
 
-    timeline = drive(plan, system, 24, options, duration)
+    timeline = drive(plan, system, 24, options, unit if uniform else driver_duration(plan, costs))
     for k in range(3):
         assert sim.stages[k].order == timeline.tasks(k)
     assert sim.makespan == pytest.approx(timeline.makespan, rel=1e-12)

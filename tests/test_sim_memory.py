@@ -14,8 +14,7 @@ from naspipe.partition import balanced_partition
 from naspipe.scheduling import PipelinePlan, PolicyOptions
 from naspipe.scheduling.driver import drive
 from naspipe.scheduling.policies import POLICIES
-from naspipe.scheduling.task import Kind, Task
-from naspipe.sim.costs import CostModel, LayerCost, LayerInfo, analytic_costs, backward_s, forward_s, update_s
+from naspipe.sim.costs import LayerInfo, analytic_costs, forward_s
 from naspipe.sim.engine import simulate
 from naspipe.sim.hardware import load_hardware
 from naspipe.sim.layout import SubnetLayers, stage_layer_ids
@@ -23,6 +22,7 @@ from naspipe.sim.memory import memory_report, optimizer_slots, stage_holdings
 from naspipe.sim.run import SimSetup, cache_budgets, simulate_run
 from naspipe.space.structure import SpaceStructure
 from naspipe.subnet import SubnetStream
+from tests.test_sim import driver_duration, layer_costs
 
 HW = load_hardware("rtx2080ti-pcie3-40gbe")
 MIRRORING = [name for name, policy in POLICIES.items() if policy.mirroring]
@@ -70,21 +70,10 @@ def test_the_layer_view_follows_each_subnets_own_partition():
 @pytest.mark.parametrize("stages", [2, 4])
 def test_per_subnet_order_and_mirrors_equal_the_virtual_time_driver(system, stages):
     _, plan = plans(stages)
-    base = analytic_costs(infos(plan), HW, 8, "sgd")
-    layers = tuple(LayerCost(1.0 + lid % 4, 1.0 + lid % 4, 2.0 + lid % 3, 0.25) for lid in range(len(base.layers)))
-    costs = CostModel("test", layers, base.info, HW, 8, 1, free_io=True)
+    costs = layer_costs(plan, infos(plan))
     options = PolicyOptions(max_inflight=2 * stages, bulk_size=stages)
     sim = simulate(plan, system, 30, options, costs, recompute=True, record_order=True)
-
-    def duration(task: Task) -> float:
-        here = plan.stage_layers(task.subnet, task.stage)
-        if task.kind is Kind.FORWARD:
-            return forward_s(costs, here)
-        if task.kind is Kind.BACKWARD:
-            return sum(backward_s(costs, here, True))
-        return update_s(costs, plan.trainable_layers(task.subnet, task.stage))
-
-    timeline = drive(plan, system, 30, options, duration)
+    timeline = drive(plan, system, 30, options, driver_duration(plan, costs))
     for k in range(stages):
         assert sim.stages[k].order == timeline.tasks(k)
     assert sim.makespan == pytest.approx(timeline.makespan, rel=1e-12)
