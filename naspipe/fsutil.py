@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from naspipe.errors import UsageError
+
 
 def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
     """Write through ``write(fileobj)`` into a temp file beside ``path``, fsync, then rename."""
@@ -61,3 +63,19 @@ def read_json_object(path: Path, label: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"{label}: expected a JSON object")
     return data
+
+
+def check_creatable(path: Path, flag: str) -> None:
+    """UsageError naming ``flag`` and ``path`` unless ``path`` can be created (or replaced) there: its
+    nearest existing ancestor (the directories below it are created) is a directory this process can
+    write in. Checked before any work, so a bad ``--out`` fails at once and not after the run."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is not a directory")
+    try:  # a nameless probe file (O_TMPFILE on Linux): nothing is left behind
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write in {parent} ({exc.strerror or exc})") from None

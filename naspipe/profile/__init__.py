@@ -15,8 +15,9 @@ without importing the measuring code.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from naspipe.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from naspipe.profile.costs import layer_costs_from_profile
@@ -36,13 +37,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -8,12 +8,11 @@ not the temporary file beside it.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 from naspipe.config import parse_override
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_text
+from naspipe.fsutil import atomic_write_text, check_creatable
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -52,16 +51,7 @@ def check_writable(path: Path, flag: str) -> None:
     """UsageError naming ``flag`` and ``path`` unless a file can be created at ``path``."""
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent  # the nearest existing ancestor: the directories below it are created
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is not a directory")
-    try:  # a nameless probe file (O_TMPFILE on Linux): nothing is left behind
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+    check_creatable(path, flag)
 
 
 def _write(path: Path, text: str, flag: str) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import check_creatable
 from naspipe.runtime import checkpoint as ckpt
 
 SUFFIX = ".partial"
@@ -65,13 +66,7 @@ def work_of(out: Path) -> Path:
 def _check_writable(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
-    parent = out.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"--out {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: {parent} is not writable")
+    check_creatable(out, "--out")
 
 
 def _run_of(checkpoint: Path) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import check_creatable
 from naspipe.seeding import derive_seed
 from naspipe.subnet import Subnet
 
@@ -73,11 +74,7 @@ def sample_subnets(choices_per_block: Sequence[int], count: int, seed: int) -> l
 def check_out_file(out: Path) -> None:
     if out.is_dir():
         raise UsageError(f"--out {out}: is a directory (a file path is expected)")
-    parent = out.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"--out {out}: lies under a file")
+    check_creatable(out, "--out")
 
 
 def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

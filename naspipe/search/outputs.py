@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_bytes, atomic_write_json, atomic_write_text
+from naspipe.fsutil import atomic_write_bytes, atomic_write_json, atomic_write_text, check_creatable
 from naspipe.search.evolution import Candidate, best
 from naspipe.search.options import csv_text
 from naspipe.search.subnet_file import subnet_json
@@ -31,11 +31,7 @@ def check_out_dir(out: Path) -> None:
         raise UsageError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / BEST).is_file():
         raise UsageError(f"--out {out}: refusing to replace a non-empty directory without {BEST}")
-    parent = out.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"--out {out}: lies under a file")
+    check_creatable(out, "--out")
 
 
 def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, dict[str, float]],
