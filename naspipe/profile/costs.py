@@ -6,7 +6,7 @@ from a profile CSV without importing the measuring code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from naspipe.errors import UsageError
@@ -27,6 +27,16 @@ def position_layer_ids(structure: SpaceStructure, position: int) -> list[int]:
         block = position - n_prefix
         return [s.layer_id(block, c) for c in range(len(s.blocks[block]))]
     return [s.num_layers - len(s.suffix) + (position - n_prefix - n_blocks)]
+
+
+def position_means(structure: SpaceStructure, layer_cost: Callable[[int], float]) -> list[float]:
+    """One cost per position from one per layer: a shared layer's own, a block's mean over its
+    candidates (a static partition balances what a position costs on average over the stream)."""
+    means = []
+    for position in range(structure.num_positions):
+        ids = position_layer_ids(structure, position)
+        means.append(sum(layer_cost(lid) for lid in ids) / len(ids))
+    return means
 
 
 def position_role(structure: SpaceStructure, position: int) -> str:

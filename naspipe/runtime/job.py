@@ -13,6 +13,8 @@ from pathlib import Path
 from naspipe.config import Config
 from naspipe.errors import UsageError
 from naspipe.partition import Partition, balanced_partition
+from naspipe.profile.costs import layer_costs_from_profile, position_means
+from naspipe.profile.rows import read_profile_csv
 from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
 from naspipe.scheduling.policies import POLICIES
 from naspipe.space import SearchSpace, make_space
@@ -104,13 +106,7 @@ def position_costs(space: SearchSpace, source: str) -> list[float]:
     if source != "params":
         return _profile_costs(space, Path(source))
     cost_of_op = cache(lambda op, layer: space.layer_cost(layer))
-    costs = [cost_of_op(structure.op_name(lid), lid) for lid in range(len(structure.prefix))]
-    for b, block in enumerate(structure.blocks):
-        ids = [structure.layer_id(b, c) for c in range(len(block))]
-        costs.append(sum(cost_of_op(structure.op_name(lid), lid) for lid in ids) / len(ids))
-    first_suffix = structure.num_layers - len(structure.suffix)
-    costs += [cost_of_op(structure.op_name(lid), lid) for lid in range(first_suffix, structure.num_layers)]
-    return costs
+    return position_means(structure, lambda lid: cost_of_op(structure.op_name(lid), lid))
 
 
 def _profile_costs(space: SearchSpace, path: Path) -> list[float]:
@@ -118,9 +114,6 @@ def _profile_costs(space: SearchSpace, path: Path) -> list[float]:
         raise UsageError(
             f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV"
         )
-    from naspipe.profile.costs import layer_costs_from_profile
-    from naspipe.profile.rows import read_profile_csv
-
     rows = read_profile_csv(path)  # its errors name the file and line
     try:
         return layer_costs_from_profile(space, rows)

@@ -6,14 +6,14 @@ measured on the machine (``naspipe profile``), which is what the paper's systems
 machine has no profile, but its cost model is one: ``--partition-by costs`` rebuilds the
 plan from each layer's simulated compute (forward, recompute when the system recomputes,
 backward), as the run would with a profile CSV of those seconds. Static plans balance each
-position's mean over its candidates (:func:`naspipe.runtime.job.position_costs`' rule);
+position's mean over its candidates (:func:`naspipe.profile.costs.position_means`, as training does);
 per-subnet plans give each candidate its own cost. A ``partition_file`` still wins.
 """
 
 from __future__ import annotations
 
 from naspipe.partition import balanced_partition
-from naspipe.profile.costs import position_layer_ids
+from naspipe.profile.costs import position_means
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.sim.costs import CostModel
 
@@ -22,11 +22,7 @@ def plan_by_costs(plan: PipelinePlan, costs: CostModel, recompute: bool) -> Pipe
     """``plan``'s structure, stream and mode, split by the simulated seconds of each layer."""
     structure = plan.structure
     seconds = [c.forward_s + c.backward_s + (c.recompute_s if recompute else 0.0) for c in costs.layers]
-    positions = []
-    for p in range(structure.num_positions):
-        ids = position_layer_ids(structure, p)
-        positions.append(sum(seconds[lid] for lid in ids) / len(ids))
-    partition = balanced_partition(positions, plan.num_stages)
+    partition = balanced_partition(position_means(structure, seconds.__getitem__), plan.num_stages)
     if plan.mirrored:
         return PipelinePlan.per_subnet(structure, partition, plan.stream, seconds)
     return PipelinePlan(structure, partition, plan.stream)
