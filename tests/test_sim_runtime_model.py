@@ -52,6 +52,32 @@ def test_blocking_messages_land_a_latency_after_the_send_began():
         assert forwards[y]["ts"] >= send["ts"] + 0.05e6 - 1.0  # the receiver starts a latency later
 
 
+def test_a_busy_receiver_takes_a_message_in_a_latency_after_its_compute_and_its_own_send_end():
+    """The runtime's receive thread needs the receiving process, which its compute and its own
+    blocking send hold up: the latency starts once the receiver is neither computing nor sending."""
+    hw = replace(CPU, intra_host_latency=0.02, send_overhead_s=0.001, receiver_busy_s=0.0)
+    plan = plan_of()
+    info = [LayerInfo(1000, 2e8, 4096.0, 16384.0) for _ in range(plan.structure.num_layers)]  # ~20 ms a layer
+    costs = analytic_costs(info, hw, 4, "sgd")
+    _, trace = simulate_run(SimSetup(plan, "pipedream", 12, PolicyOptions(max_inflight=4, bulk_size=2), costs, False,
+                                     trace_max_events=10_000))
+    spans = [e for e in trace if e.get("ph") == "X"]
+    busy = {k: [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in spans  # type: ignore[arg-type]
+                if e["tid"] == k and (e["cat"] != "waiting" or str(e["name"]).startswith("send"))] for k in (0, 1)}
+    sends = [e for e in spans if str(e["name"]).startswith("send")]
+    checked = 0
+    for send in sends:
+        src, y, forward = int(send["tid"]), send["args"]["subnet"], str(send["name"]).startswith("send F")  # type: ignore[call-overload, index]
+        dst = 1 - src
+        task = next(e for e in spans if e["tid"] == dst and e["args"]["subnet"] == y  # type: ignore[index]
+                    and str(e["name"]).startswith("F" if forward else "B"))
+        at = float(send["ts"])  # type: ignore[arg-type]
+        receiver_free = max([at, *(b for a, b in busy[dst] if a <= at < b)])
+        assert float(task["ts"]) >= receiver_free + 0.02e6 - 1.0  # type: ignore[arg-type]
+        checked += receiver_free > at
+    assert checked >= 3  # the rule was exercised: receivers busy when sends began
+
+
 def test_start_up_and_shutdown_add_to_the_makespan_and_the_bubble():
     base, _ = run("gpipe", replace(CPU, run_overhead_s=0.0))
     more, _ = run("gpipe", replace(CPU, run_overhead_s=0.5))

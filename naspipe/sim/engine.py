@@ -129,6 +129,7 @@ class _Engine:
         self.waiting_s, self.sent_bytes, self.spans, self.ends = [0.0] * d, [0.0] * d, [0] * d, [0.0] * d
         self.link_up, self.link_down = [0.0] * d, [0.0] * d  # when the link k -> k+1 (k -> k-1) is free again
         self.computing_until = [0.0] * d  # when each stage's current compute (not its send) ends
+        self.running: list[Task | None] = [None] * d  # each stage's task, compute and send (run's list)
         self.now = 0.0
 
     def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
@@ -156,6 +157,7 @@ class _Engine:
         tasks, hits = [0] * d, [0] * d
         link_up, link_down, computing_until = self.link_up, self.link_down, self.computing_until
         running: list[Task | None] = [None] * d
+        self.running = running  # read by _blocking_send
         in_flight: dict[int, Mirror] = {}  # mirrors on their way, by their arrival event's order
         events: list[tuple[float, int, int, int, int]] = []  # (time, order, what, stage, subnet or mirror key)
         push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
@@ -360,8 +362,16 @@ class _Engine:
 
     def _blocking_send(self, k: int, task: Task, now: float) -> tuple[float, int, float]:
         """Stage ``k`` sends ``task``'s message at ``now`` and is held until gloo lets go:
-        ``(when the receiver's policy learns of it, the receiver, when the hold ends)``. The
-        message arrives a latency after the send began, or when the send ends if later."""
+        ``(when the receiver's policy learns of it, the receiver, when the hold ends)``.
+
+        The message arrives a latency after the send began, or when the send ends if later; and
+        its latency runs only once the receiver is neither computing nor sending
+        (:meth:`_receiver_busy_until`). Taking a message in is work for the receiving process
+        (its receive thread unpacks it and wakes the main loop), which that process's compute
+        and its own blocking send hold up: on cpu-local, the time from a send's start to the
+        waiting receiver's task, less the receiver's compute and send spans in between, is
+        the same whether or not the receiver was busy (``bench_sim.py --fit`` fits the latency
+        that way)."""
         kind, y, _ = task
         dst = k + 1 if kind is Kind.FORWARD else k - 1
         blk = self.table.block(y >> BLOCK_SHIFT)
@@ -374,7 +384,26 @@ class _Engine:
         self.spans[k] += 1
         self._trace_span(k, "waiting", f"send {kind.value}{y}", now, sent, y)
         self.ends[k] = sent
-        return max(sent, now + blk.msg_s[i]), dst, sent
+        return max(sent, self._receiver_busy_until(dst, now) + blk.msg_s[i]), dst, sent
+
+    def _receiver_busy_until(self, k: int, now: float) -> float:
+        """When stage ``k`` stops computing and sending, as far as known at ``now`` (``now`` if idle).
+
+        A stage computing a task it will send after is busy for that send's hold too, priced
+        as to an idle peer (the hold's receiver-busy part is not known yet)."""
+        task = self.running[k]
+        if task is None:
+            return now
+        compute_end = self.computing_until[k]
+        if compute_end <= now:  # in its send (or the gap after its last span)
+            return max(now, self.ends[k])
+        kind, y, _ = task
+        dst = k + 1 if kind is Kind.FORWARD else k - 1
+        if (kind is not Kind.FORWARD and kind is not Kind.BACKWARD) or not 0 <= dst < len(self.policies):
+            return compute_end
+        blk = self.table.block(y >> BLOCK_SHIFT)
+        nbytes = blk.msg_bytes[(y & BLOCK_MASK) * len(self.policies) + min(k, dst)]
+        return compute_end + self.costs.hardware.send_hold_s(k, dst, nbytes, 0.0)
 
     def _mirrors(self, k: int, now: float) -> tuple[list[tuple[float, Mirror]], list[int]]:
         """Stage ``k``'s update at ``now`` sends its mirrors: ``(arrival time and mirror of each one

@@ -25,7 +25,9 @@ host they are as large as the kernels (``benchmarks/bench_sim.py --fit`` measure
   ``receiver_busy_s`` more (its receive thread may wait for the interpreter lock, which a busy
   process yields at the latest after Python's switch interval; on cpu-local, measured with
   ``bench_sim.py --fit``, such sends take no longer, so it is ~0); the message reaches the receiver's
-  policy ``*_latency`` after the send began (or when the send ends, if later). Without it,
+  policy ``*_latency`` after the send began (or when the send ends, if later), the latency running
+  only while the receiver neither computes nor sends (taking a message in needs the receiving
+  process, :meth:`naspipe.sim.engine._Engine._blocking_send`). Without it,
   sends overlap compute on a communication stream and the link serialises them.
 """
 
