@@ -37,6 +37,15 @@ class OptimizerConfig:
     betas: tuple[float, float] = _doc("adam betas", default=(0.9, 0.999))
     eps: float = _doc("adam epsilon", default=1e-8)
 
+    @property
+    def state_slots(self) -> int:
+        """Tensors of optimizer state torch keeps per trainable parameter: Adam's two moments, SGD's
+        momentum buffer, none for SGD without momentum (the one rule for the runtime's memory check,
+        its cache's layer sizes and the simulator's memory model)."""
+        if self.name == "adam":
+            return 2
+        return 1 if self.momentum > 0 else 0
+
 
 @dataclass(frozen=True)
 class CacheConfig:

@@ -43,8 +43,7 @@ def layer_bytes(module: nn.Module, optimizer: OptimizerConfig) -> int:
     """Device bytes of a resident layer: parameters, buffers, gradients and optimizer slots."""
     state = sum(_nbytes(t) for t in module.state_dict().values())
     trainable = sum(_nbytes(p) for p in module.parameters() if p.requires_grad)
-    slots = 2 if optimizer.name == "adam" else int(optimizer.momentum > 0)
-    return max(1, state + trainable * (1 + slots))
+    return max(1, state + trainable * (1 + optimizer.state_slots))
 
 
 class _Arena:

@@ -138,7 +138,7 @@ def _check_memory(config: Config, place: Rank | None) -> None:
     except ValueError:
         return  # build_job reports a bad space
     device = _stage_device(config, place.local_rank if place else 0)
-    memory.check_fits(space, config.optimizer.name, device, all_stages_here=place is None)
+    memory.check_fits(space, config.optimizer, device, all_stages_here=place is None)
 
 
 def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, Any] | None:

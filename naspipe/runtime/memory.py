@@ -14,15 +14,12 @@ import os
 
 import torch
 
+from naspipe.config import OptimizerConfig
 from naspipe.errors import UsageError
 from naspipe.space import SearchSpace
 
-# Per parameter byte, training holds the parameter, its gradient and the optimizer state
-# (SGD: one momentum buffer; Adam: two moments).
-OPTIMIZER_STATES = {"sgd": 1, "adam": 2}
 
-
-def check_fits(space: SearchSpace, optimizer: str, device: torch.device, all_stages_here: bool) -> None:
+def check_fits(space: SearchSpace, optimizer: OptimizerConfig, device: torch.device, all_stages_here: bool) -> None:
     """One line naming the layer, its size and the memory available if a layer cannot fit.
 
     ``all_stages_here``: every stage runs on this host (a local CPU run), so the whole supernet
@@ -44,10 +41,11 @@ def check_fits(space: SearchSpace, optimizer: str, device: torch.device, all_sta
                          f"more than the {_fmt(available)} available ({source})")
 
 
-def training_bytes(space: SearchSpace, optimizer: str, layer: int) -> int:
+def training_bytes(space: SearchSpace, optimizer: OptimizerConfig, layer: int) -> int:
+    """Per trainable parameter: its gradient and the optimizer's state slots, beside the layer's tensors."""
     params, tensor_bytes = space.layer_tensors(layer)
     trainable = space.structure.is_trainable(layer)
-    extra = (1 + OPTIMIZER_STATES.get(optimizer, 2)) * params * 4 if trainable else 0
+    extra = (1 + optimizer.state_slots) * params * 4 if trainable else 0
     return tensor_bytes + extra
 
 

@@ -49,10 +49,8 @@ from naspipe.sim.layout import SubnetLayers, stage_layer_ids
 
 
 def optimizer_slots(optimizer: OptimizerConfig) -> int:
-    """Tensors of optimizer state per parameter, as torch keeps them (the runtime's ``layer_bytes``)."""
-    if optimizer.name == "adam":
-        return 2
-    return 1 if optimizer.momentum > 0 else 0
+    """Tensors of optimizer state per parameter, as torch keeps them (:attr:`OptimizerConfig.state_slots`)."""
+    return optimizer.state_slots
 
 
 @dataclass(frozen=True)
