@@ -109,6 +109,25 @@ class CSP(StagePolicy):
             self._write(subnet)
             self.finished += 1
 
+    def forward_arrived(self, subnet: int) -> None:
+        """:meth:`StagePolicy.forward_arrived` with :meth:`_on_forward` inlined (once per forward)."""
+        while self._registered <= subnet:
+            self._on_register(self._registered)
+            self._registered += 1
+        if subnet == self._arrived_below and not self._arrived_ahead:
+            self._arrived_below = subnet + 1
+        else:
+            self._note_arrival(subnet)
+        if self._blocked[subnet]:
+            self._waiting.add(subnet)
+        else:
+            heappush(self._ready_f, subnet)
+
+    def backward_arrived(self, subnet: int) -> None:
+        """:meth:`StagePolicy.backward_arrived` with :meth:`_on_backward` inlined (once per backward)."""
+        self._awaiting_backward.pop(subnet, None)
+        heappush(self._ready_b, subnet)
+
     def _on_register(self, subnet: int) -> None:
         here = self.plan.trainable_slices(subnet)[self.stage]
         if not self._mirrored:
