@@ -98,7 +98,7 @@ class CSP(StagePolicy):
         return None
 
     def completed(self, task: Task) -> None:
-        """:meth:`StagePolicy.completed` with :meth:`_on_completed` inlined (once per task)."""
+        """:meth:`StagePolicy.completed`, whole: a backward queues its update, an update writes (once per task)."""
         kind, subnet, _ = task
         if kind is FORWARD:
             if not self.is_last:
@@ -110,7 +110,7 @@ class CSP(StagePolicy):
             self.finished += 1
 
     def forward_arrived(self, subnet: int) -> None:
-        """:meth:`StagePolicy.forward_arrived` with :meth:`_on_forward` inlined (once per forward)."""
+        """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
         while self._registered <= subnet:
             self._on_register(self._registered)
             self._registered += 1
@@ -124,7 +124,7 @@ class CSP(StagePolicy):
             heappush(self._ready_f, subnet)
 
     def backward_arrived(self, subnet: int) -> None:
-        """:meth:`StagePolicy.backward_arrived` with :meth:`_on_backward` inlined (once per backward)."""
+        """:meth:`StagePolicy.backward_arrived`, whole: the backward is ready."""
         self._awaiting_backward.pop(subnet, None)
         heappush(self._ready_b, subnet)
 
@@ -138,22 +138,6 @@ class CSP(StagePolicy):
         for layer in self.plan.subnet_trainable(subnet):
             uses[layer] = uses.get(layer, 0) + 1
         self._blocked[subnet] = self.versions.register(subnet, here, required)
-
-    def _on_forward(self, subnet: int) -> None:
-        if self._blocked[subnet]:
-            self._waiting.add(subnet)
-        else:
-            heappush(self._ready_f, subnet)
-
-    def _on_backward(self, subnet: int) -> None:
-        heappush(self._ready_b, subnet)
-
-    def _on_completed(self, task: Task) -> None:  # what completed() does beyond the base's bookkeeping
-        kind = task.kind
-        if kind is BACKWARD:
-            heappush(self._ready_u, task.subnet)
-        elif kind is UPDATE:
-            self._write(task.subnet)
 
     def _write(self, subnet: int) -> None:
         if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
