@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.task import FORWARD, Kind, Task
+from naspipe.scheduling.task import FORWARD, UPDATE, Kind, Task
 
 
 def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
@@ -45,7 +45,10 @@ def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
 
 
 def layer_uses(plan: PipelinePlan, tasks: Iterable[Task]) -> list[tuple[int, ...]]:
-    return [task_layers(plan, task) for task in tasks]
+    """:func:`task_layers` of each task (inlined: once per predicted task)."""
+    trainable_layers, stage_layers = plan.trainable_layers, plan.stage_layers
+    return [trainable_layers(subnet, stage) if kind is UPDATE else stage_layers(subnet, stage)
+            for kind, subnet, stage in tasks]
 
 
 def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = None) -> list[Task]:
