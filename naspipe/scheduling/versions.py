@@ -18,21 +18,20 @@ one; only the head of a layer's local queue can match, so both calls return at m
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping
 
 
 class VersionTable:
     def __init__(self) -> None:
         self._version: dict[int, int] = {}
-        self._waiting: dict[int, deque[int]] = {}
+        self._waiting: dict[int, list[int]] = {}  # users not yet written, in id order (short: lists copy fast)
         self._required: dict[int, dict[int, int]] = {}
 
     def copy(self) -> VersionTable:
         """An independent table (a registered subnet's required versions never change: shared)."""
         other = VersionTable()
         other._version = dict(self._version)
-        other._waiting = {layer: deque(queue) for layer, queue in self._waiting.items()}
+        other._waiting = {layer: queue[:] for layer, queue in self._waiting.items()}  # once per prediction
         other._required = dict(self._required)
         return other
 
@@ -55,7 +54,7 @@ class VersionTable:
             for layer in layers:
                 queue = waiting.get(layer)
                 if queue is None:
-                    waiting[layer] = deque((subnet,))
+                    waiting[layer] = [subnet]
                     required_here[layer] = version.get(layer, 0)
                     continue
                 if queue:
@@ -69,7 +68,7 @@ class VersionTable:
         for layer in layers:
             queue = waiting.get(layer)
             if queue is None:
-                queue = waiting[layer] = deque()
+                queue = waiting[layer] = []
             elif queue and queue[-1] > subnet:
                 raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
             current = version.get(layer, 0)
@@ -90,7 +89,7 @@ class VersionTable:
                 f"but its turn is version {self._required[subnet][layer]}"
             )
         queue = self._waiting[layer]
-        queue.popleft()
+        del queue[0]
         self._version[layer] = version + 1
         return self._head_if_ready(layer)
 
@@ -123,7 +122,7 @@ class VersionTable:
                 self.write(subnet, layer)  # raises, naming the versions
                 raise AssertionError("unreachable: write raised")
             queue = waiting[layer]
-            queue.popleft()
+            del queue[0]
             version += 1
             versions[layer] = version
             if queue and registered[queue[0]][layer] == version:
