@@ -99,7 +99,13 @@ class GPipe(StagePolicy):
             self._forwards_done += 1
         elif kind is BACKWARD:
             self._backwards_done += 1
-            self._flush_if_done()
+            start = self.finished // self.bulk * self.bulk  # bulk_members(current_bulk) is [start, stop), inlined
+            stop = start + self.bulk
+            if self._end is not None and self._end < stop:
+                stop = self._end
+            if self._backwards_done == (stop - start if stop > start else 0):  # the flush: updates in subnet order
+                for subnet in range(start, stop):
+                    heapq.heappush(self._ready_u, subnet)
         else:
             if not self._ready_u:  # the bulk's last update: the next bulk may start here
                 self._forwards_done = self._backwards_done = 0
@@ -110,9 +116,3 @@ class GPipe(StagePolicy):
 
     def _on_backward(self, subnet: int) -> None:
         heapq.heappush(self._ready_b, -subnet)
-
-    def _flush_if_done(self) -> None:
-        members = self.bulk_members(self.current_bulk)
-        if self._backwards_done == len(members):  # the flush: updates in subnet order
-            for subnet in members:
-                heapq.heappush(self._ready_u, subnet)
