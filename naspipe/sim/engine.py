@@ -32,7 +32,10 @@ At that size the per-task Python is the cost (``benchmarks/bench_sim.py --scale`
 loop is one flat function over local lists: seconds and message sizes come precomputed per
 (subnet, stage) from :mod:`naspipe.sim.tables`, events are plain tuples of numbers, trace
 entries are built only while a stage's trace budget lasts, and stages whose parameters stay
-resident skip the copy model. What remains per task is the policy's own decision (its
+resident skip the copy model. VPipe's synchronous swap (:class:`SynchronousSwap`) copies what
+the plan fixes, so its bytes and seconds come from the table too and the loop adds them to the
+swap's stats in each stage's task order (the same sums); only the context cache, whose moves
+depend on the run, is asked per task. What remains per task is the policy's own decision (its
 ``next_task``, ``completed`` and arrival calls) and about 1.7 heap events. What only some
 runs need (blocking sends, mirrors) lives in methods off that path.
 """
