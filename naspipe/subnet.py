@@ -7,6 +7,7 @@ seed and the number of choices per block, so every stage process can regenerate 
 
 from __future__ import annotations
 
+import operator
 import random
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,7 @@ class SubnetStream:
         if not choices_per_block or min(choices_per_block) < 1:
             raise ValueError(f"every block needs at least one candidate, got {list(choices_per_block)}")
         self._choices = tuple(choices_per_block)
+        self._sizes = tuple((n, n.bit_length()) for n in map(operator.index, self._choices))  # randrange's k bits
         self._rng = random.Random(derive_seed(seed, "subnets"))
         self._starts: list[object] = [self._rng.getstate()]  # generator state at each block's start
         self._blocks: OrderedDict[int, tuple[Subnet, ...]] = OrderedDict()
@@ -72,11 +74,19 @@ class SubnetStream:
     def _draw_from(self, block: int) -> tuple[Subnet, ...]:
         """Draw block ``block`` from its saved start state, recording the next block's start."""
         self._rng.setstate(self._starts[block])  # type: ignore[arg-type]
-        randrange, choices = self._rng.randrange, self._choices  # the same calls, in the same order, bound once
-        drawn = tuple([Subnet(tuple([randrange(n) for n in choices])) for _ in range(self.BLOCK)])
+        getrandbits, sizes = self._rng.getrandbits, self._sizes
+        drawn = []
+        for _ in range(self.BLOCK):  # randrange(n) per block, inlined (two Python calls per choice otherwise):
+            row = []
+            for n, bits in sizes:  # CPython's _randbelow_with_getrandbits: k-bit draws until one is below n
+                r = getrandbits(bits)
+                while r >= n:
+                    r = getrandbits(bits)
+                row.append(r)
+            drawn.append(Subnet(tuple(row)))
         if len(self._starts) == block + 1:
             self._starts.append(self._rng.getstate())
-        return drawn
+        return tuple(drawn)
 
     def iterate(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, Subnet]]:
         index = start

@@ -91,3 +91,23 @@ def test_a_subnets_trainable_slices_are_its_per_stage_trainable_layers(mirrored:
     for y in range(40):
         assert plan.trainable_slices(y) == tuple(plan.trainable_layers(y, k) for k in range(4))
         assert sum(map(len, plan.trainable_slices(y))) == len(plan.subnet_trainable(y))
+
+
+@pytest.mark.parametrize("shared", ["frozen", "causal"])
+@pytest.mark.parametrize("per_subnet", [False, True])
+@pytest.mark.parametrize("stages", [1, 3, 7])
+def test_trainable_slices_are_each_stages_trainable_layers(shared: str, per_subnet: bool, stages: int) -> None:
+    """trainable_slices cuts each stage's slice at the trainable positions (one run of them);
+    it must equal filtering the stage's layers one by one, for frozen and trained shared layers."""
+    structure = make_structure(8, 3, shared)
+    home = balanced_partition([1.0] * structure.num_positions, stages)
+    stream = SubnetStream(structure.choices_per_block, stages)
+    costs = [1.0 + (lid % 5) for lid in range(structure.num_layers)]
+    plan = PipelinePlan.per_subnet(structure, home, stream, costs) if per_subnet else PipelinePlan(structure, home,
+                                                                                                  stream)
+    for y in range(40):
+        expected = tuple(tuple(lid for lid in plan.stage_layers(y, k) if structure.is_trainable(lid))
+                         for k in range(stages))
+        assert plan.trainable_slices(y) == expected
+        assert all(plan.trainable_layers(y, k) == expected[k] for k in range(stages))
+    assert any(not structure.is_trainable(lid) for lid in range(structure.num_layers)) == (shared == "frozen")

@@ -245,3 +245,68 @@ def test_the_engines_cost_table_equals_the_scalar_costs_bit_for_bit(model, recom
                 assert block.msg_bytes[i] == nbytes
                 assert block.msg_s[i] == (0.0 if costs.free_io else hw.transfer_s(k, k + 1, nbytes))
     assert len(table.blocks) == 2  # evicting a block it needs again made it keep one more
+
+
+@pytest.mark.parametrize("model", ["uniform", "analytic"])
+@pytest.mark.parametrize("per_subnet", [False, True])
+def test_the_cost_tables_swap_copies_equal_synchronous_swaps_bit_for_bit(model, per_subnet):
+    """VPipe's copies come from the table in the hot loop: each entry must be what
+    SynchronousSwap's acquire and release count and return for that task's layers."""
+    from naspipe.sim.layout import SubnetLayers
+    from naspipe.sim.residency import SynchronousSwap
+    from naspipe.sim.tables import BLOCK, CostTable
+
+    plan = per_subnet_plan(5, 11, 4) if per_subnet else make_plan(5, blocks=11, candidates=3, seed=4)
+    hw = replace(HW, copy_overhead_s=3e-6)  # every term of copy_s counts
+    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, "adam")
+    structure = plan.structure
+    swapped = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
+    table, layout, d = CostTable(plan, costs, True, keep=1, swapped=swapped), SubnetLayers(plan), plan.num_stages
+
+    def copy(kind: Kind, y: int, k: int, layers: tuple[int, ...], fetch: bool) -> tuple[float, float, int]:
+        """(seconds, bytes, misses) of one fresh swap's acquire (fetch) or release, at time 0."""
+        swap = SynchronousSwap(costs, swapped)
+        task = Task(kind, y, k)
+        seconds = swap.acquire(task, layers, 0.0) if fetch else swap.release(task, layers, 0.0)
+        nbytes = swap.stats.in_bytes if fetch else swap.stats.out_bytes
+        assert swap.stats.wait_s == seconds
+        return seconds, nbytes, swap.stats.misses
+
+    for y in [*range(30), BLOCK - 1, BLOCK, 2 * BLOCK + 9]:
+        moves = table.block(y // BLOCK).swap
+        for k in range(d):
+            i = (y % BLOCK) * d + k
+            layers, trainable = layout.all(y)[k], layout.trainable(y)[k]
+            fetch = (moves.fetch_s[i], moves.fetch_bytes[i], len(layers))
+            assert copy(Kind.FORWARD, y, k, layers, True) == fetch
+            assert copy(Kind.BACKWARD, y, k, layers, True) == fetch
+            assert copy(Kind.BACKWARD, y, k, layers, False) == (*fetch[:2], 0)
+            assert copy(Kind.UPDATE, y, k, trainable, True) == (
+                moves.update_in_s[i], moves.update_in_bytes[i], len(trainable))
+            assert copy(Kind.UPDATE, y, k, trainable, False) == (moves.update_out_s[i], moves.update_out_bytes[i], 0)
+            assert table.block(y // BLOCK).uses[i] == 2 * len(layers) + len(trainable)  # the misses the engine adds
+    assert model == "uniform" or min(moves.fetch_s) > 0
+
+
+@pytest.mark.parametrize("hardware", ["rtx2080ti-pcie3-40gbe", "cpu-local"])
+def test_vpipes_table_priced_copies_equal_the_swaps_own_calls(hardware):
+    """The engine prices SynchronousSwap from the cost table (no call per task); a subclass, which
+    the engine drives through acquire/release, must give the same times, stats, orders and trace."""
+    from naspipe.sim.residency import SynchronousSwap
+
+    class CalledSwap(SynchronousSwap):
+        """The same copies, driven per task through the generic residency calls."""
+
+    plan = make_plan(4, blocks=9, candidates=3, seed=2)
+    costs = analytic_costs(infos(plan), load_hardware(hardware), 8, "adam")
+    structure = plan.structure
+    swapped = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
+    options = PolicyOptions(max_inflight=4, bulk_size=3)
+    runs = [simulate(plan, "vpipe", 290, options, costs, True, lambda k, p, cls=cls: cls(costs, swapped),
+                     record_order=True, trace_max_events=10**6) for cls in (SynchronousSwap, CalledSwap)]
+    table_priced, called = runs
+    assert table_priced.makespan == called.makespan
+    assert [(s.seconds, s.tasks, s.end, s.order, s.trace, s.trace_dropped) for s in table_priced.stages] == [
+        (s.seconds, s.tasks, s.end, s.order, s.trace, s.trace_dropped) for s in called.stages]
+    assert [r.stats for r in table_priced.residency] == [r.stats for r in called.residency]
+    assert all(r.stats.wait_s > 0 and r.stats.misses > 0 for r in table_priced.residency)

@@ -37,3 +37,13 @@ def test_memory_is_bounded_however_far_the_stream_is_read():
 
 def test_seeds_give_different_streams():
     assert [SubnetStream(CHOICES, 0)[i] for i in range(50)] != [SubnetStream(CHOICES, 1)[i] for i in range(50)]
+
+
+def test_the_stream_draws_what_randrange_draws_for_any_number_of_candidates():
+    """The stream inlines randrange(n) (k-bit draws until one is below n): the same values and
+    the same generator state after them, for one candidate, powers of two and the sizes between."""
+    choices = (1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 31, 33, 1000)
+    rng = random.Random(derive_seed(3, "subnets"))
+    expected = [Subnet(tuple(rng.randrange(n) for n in choices)) for _ in range(2 * SubnetStream.BLOCK + 1)]
+    stream = SubnetStream(choices, 3)
+    assert [stream[i] for i in range(len(expected))] == expected

@@ -120,9 +120,12 @@ class DeviceCache:
             self.stats.late += layer in self._in_flight
             self._pins[layer] = self._pins.get(layer, 0) + 1
             self._last_use[layer] = self._tick
+        next_use = None
         for layer in wanted:
             if layer not in self._resident:
-                moves += self._place(layer, upcoming, before=None)
+                if next_use is None:
+                    next_use = _next_uses(upcoming)
+                moves += self._place(layer, next_use, before=None)
         return moves
 
     def release(self, layers: Iterable[int], dirty: bool = False) -> None:
@@ -142,13 +145,16 @@ class DeviceCache:
 
     def prefetch(self, upcoming: Upcoming) -> list[Move]:
         moves: list[Move] = []
+        next_use = None
         for position, layers in enumerate(upcoming):
             for layer in layers:
                 if layer in self._resident:
                     continue
                 if self.sizes[layer] > self.budget:
                     return moves
-                placed = self._place(layer, upcoming, before=position)
+                if next_use is None:  # what choose_victims computes, once per prefetch
+                    next_use = _next_uses(upcoming)
+                placed = self._place(layer, next_use, before=position)
                 if not placed:
                     return moves
                 moves += placed
@@ -171,10 +177,14 @@ class DeviceCache:
 
     def choose_victims(self, nbytes: int, upcoming: Upcoming, before: int | None = None) -> list[int] | None:
         """Evictions freeing ``nbytes``; with ``before``, only layers not needed up to that task."""
+        return self._victims(nbytes, _next_uses(upcoming), before)
+
+    # -- internals ----------------------------------------------------------
+    def _victims(self, nbytes: int, next_use: Mapping[int, int], before: int | None) -> list[int] | None:
+        """:meth:`choose_victims` with ``upcoming``'s first uses computed (:func:`_next_uses`)."""
         need = nbytes - self.free
         if need <= 0:
             return []
-        next_use = _next_uses(upcoming)
         limit = -1 if before is None else before
         candidates = [
             layer for layer in self._resident
@@ -189,10 +199,9 @@ class DeviceCache:
             need -= self.sizes[layer]
         return victims if need <= 0 else None
 
-    # -- internals ----------------------------------------------------------
-    def _place(self, layer: int, upcoming: Upcoming, before: int | None) -> list[Move]:
+    def _place(self, layer: int, next_use: Mapping[int, int], before: int | None) -> list[Move]:
         size = self.sizes[layer]
-        victims = self.choose_victims(size, upcoming, before)
+        victims = self._victims(size, next_use, before)
         if victims is None:
             if before is not None:
                 return []

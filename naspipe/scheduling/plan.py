@@ -36,6 +36,8 @@ class PipelinePlan:
         self.stream = stream
         self.layer_costs = None if layer_costs is None else tuple(float(c) for c in layer_costs)
         self._trainable = tuple(structure.is_trainable(lid) for lid in range(structure.num_layers))  # hot: per task
+        self._trainable_span = _trainable_span(structure, self._trainable)
+        self._static_cuts = self._cuts(partition.bounds)
         self.subnet_layers = lru_cache(maxsize=1 << 12)(self._subnet_layers)  # one pass per subnet, not per stage
         self.stage_layers = lru_cache(maxsize=1 << 16)(self._stage_layers)
         self.trainable_layers = lru_cache(maxsize=1 << 16)(self._trainable_layers)
@@ -81,9 +83,21 @@ class PipelinePlan:
 
     def _trainable_slices(self, subnet: int) -> tuple[tuple[int, ...], ...]:
         """:meth:`trainable_layers` of every stage, in one pass per subnet (a scheduler asks once per task)."""
-        keep, layers, bounds = self._trainable, self.subnet_layers(subnet), self.partition_of(subnet).bounds
+        layers = self.subnet_layers(subnet)
+        cuts = self._static_cuts if self.layer_costs is None else self._cuts(self.partition_of(subnet).bounds)
+        if cuts is not None:  # each stage's trainable layers are one run of positions: a slice
+            return tuple([layers[start:stop] for start, stop in cuts])
+        keep, bounds = self._trainable, self.partition_of(subnet).bounds
         return tuple(tuple([lid for lid in layers[bounds[k] : bounds[k + 1]] if keep[lid]])
                      for k in range(len(bounds) - 1))
+
+    def _cuts(self, bounds: Sequence[int]) -> list[tuple[int, int]] | None:
+        """Each stage's trainable positions as ``(start, stop)`` (empty when start >= stop), if they
+        form one run (:func:`_trainable_span`), else None."""
+        if self._trainable_span is None:
+            return None
+        low, high = self._trainable_span
+        return [(max(bounds[k], low), min(bounds[k + 1], high)) for k in range(len(bounds) - 1)]
 
     def _subnet_trainable(self, subnet: int) -> tuple[int, ...]:
         """Every trainable layer of the subnet, on every stage."""
@@ -141,3 +155,19 @@ class PipelinePlan:
         """How many subnets ``< boundary`` use ``layer`` (its version once they are done)."""
         position = self.structure.position_of(layer)
         return sum(self.structure.position_layers(self.stream[s])[position] == layer for s in range(boundary))
+
+
+def _trainable_span(structure: SpaceStructure, keep: Sequence[bool]) -> tuple[int, int] | None:
+    """``(low, high)`` when the positions whose layers train are exactly ``low .. high - 1`` (all
+    candidates of a position alike): the shared prefix and suffix may be frozen, the blocks never
+    are. None otherwise (then trainable layers are filtered one by one)."""
+    by_position: dict[int, set[bool]] = {}
+    for lid, trains in enumerate(keep):
+        by_position.setdefault(structure.position_of(lid), set()).add(trains)
+    if any(len(kinds) != 1 for kinds in by_position.values()):
+        return None
+    trained = [p for p in range(structure.num_positions) if True in by_position[p]]
+    if not trained:
+        return 0, 0
+    low, high = trained[0], trained[-1] + 1
+    return (low, high) if len(trained) == high - low else None

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import FORWARD, UPDATE, Kind, Task
 
 
 def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
@@ -45,7 +45,10 @@ def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
 
 
 def layer_uses(plan: PipelinePlan, tasks: Iterable[Task]) -> list[tuple[int, ...]]:
-    return [task_layers(plan, task) for task in tasks]
+    """:func:`task_layers` of each task (inlined: once per predicted task)."""
+    trainable_layers, stage_layers = plan.trainable_layers, plan.stage_layers
+    return [trainable_layers(subnet, stage) if kind is UPDATE else stage_layers(subnet, stage)
+            for kind, subnet, stage in tasks]
 
 
 def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = None) -> list[Task]:
@@ -67,15 +70,37 @@ class _Lookahead:
             self._complete(running)
 
     def take(self, horizon: int) -> list[Task]:
+        """Run the copy: its next task (completed as :meth:`_complete` does), or when it has none,
+        the next message it can expect (the module docstring's rules); stop when none can come.
+        One loop with locals: it is most of a prediction's cost."""
+        sim, pending, depth = self.sim, self.pending, self.depth
+        next_task, completed, backward_arrived = sim.next_task, sim.completed, sim.backward_arrived
+        is_first, is_last = sim.is_first, sim.is_last
+        arrive = sim.admit if is_first else sim.forward_arrived
         out: list[Task] = []
         while len(out) < horizon:
-            task = self.sim.next_task()
-            if task is None:
-                if not self._release():
-                    break
+            task = next_task()
+            if task is not None:
+                out.append(task)
+                completed(task)
+                if task[0] is FORWARD:
+                    if is_last:
+                        backward_arrived(task[1])
+                    else:
+                        pending.append(task[1])
                 continue
-            out.append(task)
-            self._complete(task)
+            subnet = self.next_arrival  # no task: release a pending backward or the next arrival
+            arrival = subnet is not None and (not is_first or sim.may_admit(subnet))
+            if pending and (len(pending) >= depth or not arrival):
+                lowest = min(pending)
+                pending.remove(lowest)
+                backward_arrived(lowest)
+                continue
+            if not arrival:
+                break
+            assert subnet is not None
+            self.next_arrival = next(self.arrivals, None)
+            arrive(subnet)
         return out
 
     def _complete(self, task: Task) -> None:
@@ -85,30 +110,3 @@ class _Lookahead:
                 self.sim.backward_arrived(task.subnet)
             else:
                 self.pending.append(task.subnet)
-
-    def _release(self) -> bool:
-        """Deliver the next message the copy can expect; False when none can come."""
-        arrival = self._arrival_possible()
-        if self.pending and (len(self.pending) >= self.depth or not arrival):
-            self.sim.backward_arrived(self._pop_lowest())
-            return True
-        if not arrival:
-            return False
-        subnet = self.next_arrival
-        assert subnet is not None
-        self.next_arrival = next(self.arrivals, None)
-        if self.sim.is_first:
-            self.sim.admit(subnet)
-        else:
-            self.sim.forward_arrived(subnet)
-        return True
-
-    def _pop_lowest(self) -> int:
-        lowest = min(self.pending)
-        self.pending.remove(lowest)
-        return lowest
-
-    def _arrival_possible(self) -> bool:
-        if self.next_arrival is None:
-            return False
-        return not self.sim.is_first or self.sim.may_admit(self.next_arrival)

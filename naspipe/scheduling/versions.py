@@ -18,21 +18,20 @@ one; only the head of a layer's local queue can match, so both calls return at m
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Mapping
 
 
 class VersionTable:
     def __init__(self) -> None:
         self._version: dict[int, int] = {}
-        self._waiting: dict[int, deque[int]] = {}
+        self._waiting: dict[int, list[int]] = {}  # users not yet written, in id order (short: lists copy fast)
         self._required: dict[int, dict[int, int]] = {}
 
     def copy(self) -> VersionTable:
         """An independent table (a registered subnet's required versions never change: shared)."""
         other = VersionTable()
         other._version = dict(self._version)
-        other._waiting = {layer: deque(queue) for layer, queue in self._waiting.items()}
+        other._waiting = {layer: queue[:] for layer, queue in self._waiting.items()}  # once per prediction
         other._required = dict(self._required)
         return other
 
@@ -51,14 +50,29 @@ class VersionTable:
         required_here: dict[int, int] = {}
         blocked = 0
         waiting, version = self._waiting, self._version
+        if required is None:  # once per (subnet, stage): earlier local users count, each one blocks
+            for layer in layers:
+                queue = waiting.get(layer)
+                if queue is None:
+                    waiting[layer] = [subnet]
+                    required_here[layer] = version.get(layer, 0)
+                    continue
+                if queue:
+                    if queue[-1] > subnet:
+                        raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
+                    blocked += 1
+                required_here[layer] = version.get(layer, 0) + len(queue)
+                queue.append(subnet)
+            self._required[subnet] = required_here
+            return blocked
         for layer in layers:
             queue = waiting.get(layer)
             if queue is None:
-                queue = waiting[layer] = deque()
+                queue = waiting[layer] = []
             elif queue and queue[-1] > subnet:
                 raise ValueError(f"subnet {subnet} registered after later subnet {queue[-1]} on layer {layer}")
             current = version.get(layer, 0)
-            need = current + len(queue) if required is None else required[layer]
+            need = required[layer]
             required_here[layer] = need
             if current != need:
                 blocked += 1
@@ -75,7 +89,7 @@ class VersionTable:
                 f"but its turn is version {self._required[subnet][layer]}"
             )
         queue = self._waiting[layer]
-        queue.popleft()
+        del queue[0]
         self._version[layer] = version + 1
         return self._head_if_ready(layer)
 
@@ -94,30 +108,31 @@ class VersionTable:
         head = queue[0]
         return head if self._required[head][layer] == self._version[layer] else None
 
-    def write_all(self, subnet: int, layers: Iterable[int]) -> list[int]:
-        """:meth:`write` every layer, then :meth:`forget` the subnet; returns the users unblocked.
+    def write_all(self, subnet: int, layers: Iterable[int] | None = None) -> list[int]:
+        """:meth:`write` every layer (None: those ``subnet`` registered, in that order), then
+        :meth:`forget` the subnet; returns the users unblocked.
 
-        The same steps as :meth:`write`, inlined: it runs once per update task.
+        The same steps as :meth:`write` and :meth:`forget`, inlined: it runs once per update task.
         """
         required, versions, waiting, registered = self._required[subnet], self._version, self._waiting, self._required
         unblocked = []
-        for layer in layers:
+        for layer in required if layers is None else layers:
             version = versions.get(layer, 0)
             if version != required[layer]:
                 self.write(subnet, layer)  # raises, naming the versions
                 raise AssertionError("unreachable: write raised")
             queue = waiting[layer]
-            queue.popleft()
+            del queue[0]
             version += 1
             versions[layer] = version
             if queue and registered[queue[0]][layer] == version:
                 unblocked.append(queue[0])
-        self.forget(subnet)
+        del registered[subnet]
         return unblocked
 
     def write_registered(self, subnet: int) -> list[int]:
         """:meth:`write_all` of the layers ``subnet`` registered, in the order it registered them."""
-        return self.write_all(subnet, self._required[subnet])
+        return self.write_all(subnet)
 
     def forget(self, subnet: int) -> None:
         """Drop a subnet that has written all its layers."""

@@ -32,7 +32,10 @@ At that size the per-task Python is the cost (``benchmarks/bench_sim.py --scale`
 loop is one flat function over local lists: seconds and message sizes come precomputed per
 (subnet, stage) from :mod:`naspipe.sim.tables`, events are plain tuples of numbers, trace
 entries are built only while a stage's trace budget lasts, and stages whose parameters stay
-resident skip the copy model. What remains per task is the policy's own decision (its
+resident skip the copy model. VPipe's synchronous swap (:class:`SynchronousSwap`) copies what
+the plan fixes, so its bytes and seconds come from the table too and the loop adds them to the
+swap's stats in each stage's task order (the same sums); only the context cache, whose moves
+depend on the run, is asked per task. What remains per task is the policy's own decision (its
 ``next_task``, ``completed`` and arrival calls) and about 1.7 heap events. What only some
 runs need (blocking sends, mirrors) lives in methods off that path.
 """
@@ -42,6 +45,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from naspipe.scheduling.driver import DeadlockError
 from naspipe.scheduling.mirror import Mirror
@@ -50,7 +54,7 @@ from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.sim.layout import SubnetLayers
-from naspipe.sim.residency import Residency, Resident
+from naspipe.sim.residency import Residency, Resident, SynchronousSwap
 from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostTable
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
@@ -108,6 +112,20 @@ def simulate(
     return engine.run()
 
 
+def _swapped_layers(plan: PipelinePlan, copies: list[Residency], costs: CostModel) -> frozenset[int] | None:
+    """The layers VPipe's swap copies when every stage swaps them alike under the engine's costs
+    (the cost table then prices the copies: no per-task call), else None (each residency's own calls)."""
+    if not copies or any(type(c) is not SynchronousSwap for c in copies):
+        return None
+    swaps = cast(list[SynchronousSwap], copies)
+    swapped = swaps[0].trainable
+    structure = plan.structure
+    if any(c.costs is not costs or c.trainable != swapped for c in swaps) or not all(
+            structure.is_trainable(lid) for lid in swapped):  # an update's layers are the trainable ones
+        return None
+    return swapped
+
+
 class _Engine:
     """One run's state; :meth:`run` is the hot loop, written flat with locals (see the module docstring).
 
@@ -119,7 +137,8 @@ class _Engine:
                  copies: list[Residency], record_order: bool, trace_max: int) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
-        self.table = CostTable(plan, costs, recompute)
+        self.swapped = _swapped_layers(plan, copies, costs)
+        self.table = CostTable(plan, costs, recompute, swapped=self.swapped)
         self.blocking = costs.hardware.blocking_send and not costs.free_io
         self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s  # idle after every task
         self.copies = copies
@@ -144,7 +163,12 @@ class _Engine:
         table = self.table
         blocks = table.blocks
         copies = self.copies
-        generic = any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
+        swap = self.swapped is not None  # VPipe's copies, priced by the table
+        generic = not swap and any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
+        resident = not swap and not generic
+        stats = [c.stats for c in copies]
+        swap_in, swap_out = [s.in_bytes for s in stats], [s.out_bytes for s in stats]  # added to in task order
+        swap_wait = [s.wait_s for s in stats]
         all_layers, trainable_layers = self.layout.all, self.layout.trainable
         blocking, free_io, mirrored, gap = self.blocking, self.costs.free_io, self.plan.mirrored, self.gap
         direct = free_io or blocking  # no link event at the sender's end: delivered now, or sent before it
@@ -154,7 +178,7 @@ class _Engine:
         tracing = any(trace_left)
         forward_s, recompute_s, backward_s, update_s = [0.0] * d, [0.0] * d, [0.0] * d, [0.0] * d
         waiting_s, sent_bytes, spans, ends = self.waiting_s, self.sent_bytes, self.spans, self.ends
-        tasks, hits = [0] * d, [0] * d
+        tasks, uses = [0] * d, [0] * d  # layer uses: hits when resident, misses when swapped
         link_up, link_down, computing_until = self.link_up, self.link_down, self.computing_until
         running: list[Task | None] = [None] * d
         self.running = running  # read by _blocking_send
@@ -198,6 +222,20 @@ class _Engine:
                     if start > now:
                         waiting_s[k] += start - now
                         spans[k] += 1
+                elif swap:  # SynchronousSwap.acquire: fetch the task's layers, the stage waiting
+                    moves = blk.swap
+                    if kind is update:
+                        copy_s = moves.update_in_s[i]
+                        swap_in[k] += moves.update_in_bytes[i]
+                    else:
+                        copy_s = moves.fetch_s[i]
+                        nbytes = moves.fetch_bytes[i]
+                        swap_in[k] += nbytes
+                    swap_wait[k] += copy_s
+                    start = now + copy_s
+                    if start > now:
+                        waiting_s[k] += start - now
+                        spans[k] += 1
                 else:
                     start = now
                 if kind is forward:
@@ -218,11 +256,22 @@ class _Engine:
                     mid = start
                     end = start + blk.update[i]
                     update_s[k] += end - start
-                    if not generic:  # forward, backward and this update each found their layers resident
-                        hits[k] += blk.uses[i]
+                    if not generic:  # forward, backward and this update each used their layers (hit or miss)
+                        uses[k] += blk.uses[i]
                 free = end
                 if generic:
                     free = copies[k].release(task, layers, end)
+                    if free > end:
+                        waiting_s[k] += free - end
+                        spans[k] += 1
+                elif swap and kind is not forward:  # SynchronousSwap.release: write back, the stage waiting
+                    if kind is backward:
+                        swap_out[k] += nbytes  # the gradient: the fetched parameters' bytes and seconds
+                    else:
+                        copy_s = moves.update_out_s[i]
+                        swap_out[k] += moves.update_out_bytes[i]
+                    swap_wait[k] += copy_s
+                    free = end + copy_s
                     if free > end:
                         waiting_s[k] += free - end
                         spans[k] += 1
@@ -356,8 +405,11 @@ class _Engine:
                                   optimizer=update_s[k], waiting=waiting_s[k])
             result.tasks, result.end, result.sent_bytes = tasks[k], ends[k], sent_bytes[k]
             result.trace_dropped = tasks[k] + spans[k] - len(result.trace)
-            if not generic:
-                copies[k].stats.hits += hits[k]
+            if resident:
+                copies[k].stats.hits += uses[k]
+            elif swap:
+                stats[k].misses += uses[k]
+                stats[k].in_bytes, stats[k].out_bytes, stats[k].wait_s = swap_in[k], swap_out[k], swap_wait[k]
         return SimResult(self.results, copies, n)
 
     def _blocking_send(self, k: int, task: Task, now: float) -> tuple[float, int, float]:

@@ -76,7 +76,12 @@ class Resident:
 
 
 class SynchronousSwap:
-    """VPipe: fetch a task's layers right before it runs, write back around the update; the stage waits."""
+    """VPipe: fetch a task's layers right before it runs, write back around the update; the stage waits.
+
+    The engine's hot loop does not call it per task: what it copies is fixed by the plan, so the
+    cost table prices it (:class:`naspipe.sim.tables.SwapBlock`, equal entry by entry) and the
+    loop fills :attr:`stats`. These methods remain the definition, and drive any other use.
+    """
 
     def __init__(self, costs: CostModel, trainable: frozenset[int]) -> None:
         self.stats = CopyStats()

@@ -7,7 +7,9 @@ what :func:`~naspipe.sim.costs.forward_s`, :func:`~naspipe.sim.costs.backward_s`
 (:class:`~naspipe.sim.layout.SubnetLayers`: with per-subnet plans each subnet cut by its own
 partition), and the seconds and bytes of the activation the stage sends to the next one (the
 gradient going back over the same boundary has the same size and link). A weight-stashing
-model's forward includes the stash (:func:`~naspipe.sim.costs.stash_s`). It is built with
+model's forward includes the stash (:func:`~naspipe.sim.costs.stash_s`). With ``swapped``
+layers (VPipe's :class:`~naspipe.sim.residency.SynchronousSwap`) a :class:`SwapBlock` holds
+the bytes and seconds of each task's copies, which the plan fixes as it fixes the compute. It is built with
 numpy but bit for bit the scalar functions' answers: a stage's layers are added one position
 at a time, in execution order, as ``sum`` adds them, and every other operation is the same
 IEEE operation on the same operands (a test compares every entry). Values are Python floats
@@ -34,6 +36,28 @@ BLOCK_MASK = BLOCK - 1
 
 
 @dataclass(frozen=True, slots=True)
+class SwapBlock:
+    """VPipe's copies per (subnet, stage), as :class:`~naspipe.sim.residency.SynchronousSwap` prices them.
+
+    ``fetch_*``: the swapped layers' parameters, fetched before a forward or backward and
+    written back after a backward (the gradient: the same bytes); ``update_in_*`` and
+    ``update_out_*``: what goes in and out around the update (with optimizer state and the
+    stashed gradient). Seconds are 0.0 with free copies. Every use is a miss:
+    :attr:`CostBlock.uses` counts them.
+    """
+
+    fetch_bytes: list[float]
+    fetch_s: list[float]
+    update_in_bytes: list[float]
+    update_in_s: list[float]
+    update_out_bytes: list[float]
+    update_out_s: list[float]
+
+
+NO_SWAP = SwapBlock([], [], [], [], [], [])
+
+
+@dataclass(frozen=True, slots=True)
 class CostBlock:
     """Flat per-(subnet, stage) lists; ``msg_*[i]`` is the message from stage k to k + 1 (unset on the last)."""
 
@@ -44,12 +68,17 @@ class CostBlock:
     msg_s: list[float]  # transfer seconds (0.0 with free messages)
     msg_bytes: list[float]
     uses: list[int]  # layer uses of the forward, backward and update (the update touches trainable ones)
+    swap: SwapBlock = NO_SWAP  # empty without swapped layers
 
 
 class CostTable:
-    """Lazily built :class:`CostBlock` per ``BLOCK`` subnets of one plan, costs and recompute setting."""
+    """Lazily built :class:`CostBlock` per ``BLOCK`` subnets of one plan, costs and recompute setting.
 
-    def __init__(self, plan: PipelinePlan, costs: CostModel, recompute: bool, keep: int = 4) -> None:
+    ``swapped``: the layers VPipe's swap copies (trainable ones; see :class:`SwapBlock`), or None.
+    """
+
+    def __init__(self, plan: PipelinePlan, costs: CostModel, recompute: bool, keep: int = 4,
+                 swapped: frozenset[int] | None = None) -> None:
         structure = plan.structure
         self.plan, self.costs, self.recompute, self.keep = plan, costs, recompute, keep
         self.stages = plan.num_stages
@@ -63,6 +92,8 @@ class CostTable:
         hw = costs.hardware  # stash_s's per-layer term, evaluated as it does (Python floats)
         self._stash = np.array([hw.stash_overhead_s + 2 * costs.param_bytes(lid) / hw.memory_bandwidth
                                 for lid in range(n)], dtype=np.float64) if costs.stash_weights else None
+        self._swap_bytes = None if swapped is None else np.array(
+            [costs.param_bytes(lid) if lid in swapped else 0.0 for lid in range(n)], dtype=np.float64)
         self._out_bytes = np.array([info.out_bytes for info in costs.info], dtype=np.float64)
         self._prefix = np.arange(len(structure.prefix), dtype=np.int64)
         self._offsets = np.array([structure.layer_id(b, 0) for b in range(len(structure.blocks))], dtype=np.int64)
@@ -156,12 +187,28 @@ class CostTable:
             msg_bytes[:, :-1] = self._out_bytes[boundary] * costs.batch
             if not costs.free_io:
                 msg_s[:, :-1] = self._transfer(msg_bytes[:, :-1])
-        def flat(a: np.ndarray) -> list[float]:
-            return cast(list[float], a.ravel().tolist())  # float64 -> Python floats
-
         uses: list[int] = (2 * counts + trainable).ravel().tolist()
+        swap = NO_SWAP if self._swap_bytes is None else self._swap(layers, stage_of)
         return CostBlock(flat(forward), flat(recompute), flat(backward), flat(update), flat(msg_s), flat(msg_bytes),
-                         uses)
+                         uses, swap)
+
+    def _swap(self, layers: np.ndarray, stage_of: np.ndarray | None) -> SwapBlock:
+        """SynchronousSwap's ``_bytes`` (the swapped layers' bytes added in order, times the
+        copy's multiple) and ``_copy`` (``copy_s``, or 0.0 with free copies), per entry."""
+        assert self._swap_bytes is not None
+        costs = self.costs
+        params = self._stage_sums(self._swap_bytes, layers, stage_of)
+        update_in = params * (2 + costs.optimizer_states)  # parameters, optimizer state, stashed gradient
+        update_out = params * (1 + costs.optimizer_states)  # new parameters and state
+
+        def seconds(nbytes: np.ndarray) -> list[float]:
+            if costs.free_io:
+                return [0.0] * nbytes.size
+            hw = costs.hardware
+            return flat(hw.copy_overhead_s + nbytes / hw.host_device_bandwidth)
+
+        return SwapBlock(flat(params), seconds(params), flat(update_in), seconds(update_in), flat(update_out),
+                         seconds(update_out))
 
     def _transfer(self, nbytes: np.ndarray) -> np.ndarray:
         """:meth:`Hardware.transfer_s` per link column, the same operations in the same order."""
@@ -173,3 +220,8 @@ class CostTable:
             else:
                 out[:, k] = hw.network_latency + nbytes[:, k] / hw.network_bandwidth
         return out
+
+
+def flat(a: np.ndarray) -> list[float]:
+    """float64 -> Python floats, row-major: index ``row * D + stage``."""
+    return cast(list[float], a.ravel().tolist())

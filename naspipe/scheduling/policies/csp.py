@@ -23,12 +23,12 @@ stage builds them from (seed, layer id).
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
-from naspipe.scheduling.task import BACKWARD, UPDATE, Kind, Task, new_task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 from naspipe.scheduling.versions import VersionTable
 
 
@@ -45,7 +45,6 @@ class CSP(StagePolicy):
         self._ready_f: list[int] = []
         self._ready_b: list[int] = []
         self._ready_u: list[int] = []
-        self._queues = ((self._ready_u, Kind.UPDATE), (self._ready_b, Kind.BACKWARD), (self._ready_f, Kind.FORWARD))
         self._uses: dict[int, int] = {}  # mirroring: users of each layer among registered subnets, any stage
         self._end: int | None = None
         self._mirrors: list[Mirror] = []
@@ -58,8 +57,6 @@ class CSP(StagePolicy):
         other._blocked = dict(self._blocked)
         other._waiting = set(self._waiting)
         other._ready_f, other._ready_b, other._ready_u = list(self._ready_f), list(self._ready_b), list(self._ready_u)
-        other._queues = ((other._ready_u, Kind.UPDATE), (other._ready_b, Kind.BACKWARD),
-                         (other._ready_f, Kind.FORWARD))
         other._uses = dict(self._uses)
         other._mirrors = []
         other._unsent = dict(self._unsent)
@@ -92,10 +89,44 @@ class CSP(StagePolicy):
         return self.inflight < self.options.max_inflight
 
     def next_task(self) -> Task | None:
-        for heap, kind in self._queues:  # updates, then backwards, then the lowest ready forward
-            if heap:
-                return new_task((kind, heapq.heappop(heap), self.stage))
+        if self._ready_u:  # updates, then backwards, then the lowest ready forward
+            return new_task((UPDATE, heappop(self._ready_u), self.stage))
+        if self._ready_b:
+            return new_task((BACKWARD, heappop(self._ready_b), self.stage))
+        if self._ready_f:
+            return new_task((FORWARD, heappop(self._ready_f), self.stage))
         return None
+
+    def completed(self, task: Task) -> None:
+        """:meth:`StagePolicy.completed`, whole: a backward queues its update, an update writes (once per task)."""
+        kind, subnet, _ = task
+        if kind is FORWARD:
+            if not self.is_last:
+                self._awaiting_backward[subnet] = None
+        elif kind is BACKWARD:
+            heappush(self._ready_u, subnet)
+        else:  # the update, CSP's final kind
+            self._write(subnet)
+            self.finished += 1
+
+    def forward_arrived(self, subnet: int) -> None:
+        """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
+        while self._registered <= subnet:
+            self._on_register(self._registered)
+            self._registered += 1
+        if subnet == self._arrived_below and not self._arrived_ahead:
+            self._arrived_below = subnet + 1
+        else:
+            self._note_arrival(subnet)
+        if self._blocked[subnet]:
+            self._waiting.add(subnet)
+        else:
+            heappush(self._ready_f, subnet)
+
+    def backward_arrived(self, subnet: int) -> None:
+        """:meth:`StagePolicy.backward_arrived`, whole: the backward is ready."""
+        self._awaiting_backward.pop(subnet, None)
+        heappush(self._ready_b, subnet)
 
     def _on_register(self, subnet: int) -> None:
         here = self.plan.trainable_slices(subnet)[self.stage]
@@ -108,27 +139,16 @@ class CSP(StagePolicy):
             uses[layer] = uses.get(layer, 0) + 1
         self._blocked[subnet] = self.versions.register(subnet, here, required)
 
-    def _on_forward(self, subnet: int) -> None:
-        if self._blocked[subnet]:
-            self._waiting.add(subnet)
-        else:
-            heapq.heappush(self._ready_f, subnet)
-
-    def _on_backward(self, subnet: int) -> None:
-        heapq.heappush(self._ready_b, subnet)
-
-    def _on_completed(self, task: Task) -> None:
-        kind = task.kind
-        if kind is BACKWARD:
-            heapq.heappush(self._ready_u, task.subnet)
-        elif kind is UPDATE:
-            self._write(task.subnet)
-
     def _write(self, subnet: int) -> None:
         if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
-            for unblocked in self.versions.write_registered(subnet):
-                self._unblock(unblocked)
-            del self._blocked[subnet]
+            blocked, waiting, ready = self._blocked, self._waiting, self._ready_f
+            for unblocked in self.versions.write_all(subnet):  # the layers it registered; _unblock, inlined
+                left = blocked[unblocked] - 1
+                blocked[unblocked] = left
+                if not left and unblocked in waiting:
+                    waiting.remove(unblocked)
+                    heappush(ready, unblocked)
+            del blocked[subnet]
             return
         layers = self.plan.trainable_slices(subnet)[self.stage]
         versions = [self.versions.required(subnet, layer) + 1 for layer in layers]
@@ -144,7 +164,7 @@ class CSP(StagePolicy):
         self._blocked[subnet] -= 1
         if not self._blocked[subnet] and subnet in self._waiting:
             self._waiting.remove(subnet)
-            heapq.heappush(self._ready_f, subnet)
+            heappush(self._ready_f, subnet)
 
     def _mirror(self, layer: int, writer: int, version: int) -> None:
         """Send ``layer`` to its next user's stage if that is elsewhere; past the end, remember it."""

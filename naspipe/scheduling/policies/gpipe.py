@@ -80,28 +80,39 @@ class GPipe(StagePolicy):
         if self._ready_u:
             return new_task((UPDATE, heapq.heappop(self._ready_u), self.stage))
         start = self.finished // self.bulk * self.bulk  # bulk_members(current_bulk) is [start, stop), inlined
-        stop = start + self.bulk if self._end is None else min(start + self.bulk, self._end)
-        if self._ready_b and (not self.is_last or self._forwards_done == max(stop - start, 0)):
+        stop = start + self.bulk
+        if self._end is not None and self._end < stop:
+            stop = self._end
+        if self._ready_b and (not self.is_last or self._forwards_done == (stop - start if stop > start else 0)):
             return new_task((BACKWARD, -heapq.heappop(self._ready_b), self.stage))
         if self._ready_f and start <= self._ready_f[0] < stop:
             return new_task((FORWARD, heapq.heappop(self._ready_f), self.stage))
         return None
+
+    def completed(self, task: Task) -> None:
+        """:meth:`StagePolicy.completed`, whole (once per task): count the bulk's forwards and
+        backwards, flush after its last backward, start the next bulk after its last update."""
+        kind = task[0]
+        if kind is FORWARD:
+            if not self.is_last:
+                self._awaiting_backward[task[1]] = None
+            self._forwards_done += 1
+        elif kind is BACKWARD:
+            self._backwards_done += 1
+            start = self.finished // self.bulk * self.bulk  # bulk_members(current_bulk) is [start, stop), inlined
+            stop = start + self.bulk
+            if self._end is not None and self._end < stop:
+                stop = self._end
+            if self._backwards_done == (stop - start if stop > start else 0):  # the flush: updates in subnet order
+                for subnet in range(start, stop):
+                    heapq.heappush(self._ready_u, subnet)
+        else:
+            if not self._ready_u:  # the bulk's last update: the next bulk may start here
+                self._forwards_done = self._backwards_done = 0
+            self.finished += 1  # the update, GPipe's final kind
 
     def _on_forward(self, subnet: int) -> None:
         heapq.heappush(self._ready_f, subnet)
 
     def _on_backward(self, subnet: int) -> None:
         heapq.heappush(self._ready_b, -subnet)
-
-    def _on_completed(self, task: Task) -> None:
-        kind = task.kind
-        if kind is FORWARD:
-            self._forwards_done += 1
-        elif kind is BACKWARD:
-            self._backwards_done += 1
-            members = self.bulk_members(self.current_bulk)
-            if self._backwards_done == len(members):  # the flush: updates in subnet order
-                for subnet in members:
-                    heapq.heappush(self._ready_u, subnet)
-        elif not self._ready_u:  # the bulk's last update: the next bulk may start here
-            self._forwards_done = self._backwards_done = 0
