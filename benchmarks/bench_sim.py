@@ -24,7 +24,7 @@ paper's testbed) for each system of ``--scale-systems`` in one process: CPU seco
 predictor) and its costs (pipedream pays its weight stash). Target (issue 10): 100,000 x 64
 in under a minute on one core.
 
-    .venv/bin/python benchmarks/bench_sim.py [--steps 64] [--repeats 3] [--fit] [--json FILE]
+    .venv/bin/python benchmarks/bench_sim.py [--steps 128] [--repeats 7] [--fit] [--json FILE]
     .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--scale-systems csp,gpipe] \
         [--repeats 1]
 """
@@ -502,8 +502,8 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--stages", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument("--repeats", type=int, help="runs of each system (default: 7; with --scale 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--hardware", default="cpu-local", help="spec the runtime part simulates on")
@@ -522,6 +522,7 @@ def main() -> None:
                         help="simulate and fit the runs a previous --keep DIR kept, without measuring again")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
     args = parser.parse_args()
+    args.repeats = args.repeats or (1 if args.scale else 7)
     result = scale(args) if args.scale else runtime_vs_sim(args)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
