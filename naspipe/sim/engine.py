@@ -55,7 +55,7 @@ from naspipe.scheduling.task import Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident, SynchronousSwap
-from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostTable
+from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostBlock, CostTable
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
 _DONE, _ARRIVE_F, _ARRIVE_B, _SEND, _ARRIVE_M = 0, 1, 2, 3, 4
@@ -148,7 +148,7 @@ class _Engine:
         self.waiting_s, self.sent_bytes, self.spans, self.ends = [0.0] * d, [0.0] * d, [0] * d, [0.0] * d
         self.link_up, self.link_down = [0.0] * d, [0.0] * d  # when the link k -> k+1 (k -> k-1) is free again
         self.computing_until = [0.0] * d  # when each stage's current compute (not its send) ends
-        self.running: list[Task | None] = [None] * d  # each stage's task, compute and send (run's list)
+        self.running: list[Task | None] = [None] * d  # each stage's task, through its send (run and _blocking_send)
         self.now = 0.0
 
     def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
@@ -180,8 +180,7 @@ class _Engine:
         waiting_s, sent_bytes, spans, ends = self.waiting_s, self.sent_bytes, self.spans, self.ends
         tasks, uses = [0] * d, [0] * d  # layer uses: hits when resident, misses when swapped
         link_up, link_down, computing_until = self.link_up, self.link_down, self.computing_until
-        running: list[Task | None] = [None] * d
-        self.running = running  # read by _blocking_send
+        running = self.running
         in_flight: dict[int, Mirror] = {}  # mirrors on their way, by their arrival event's order
         events: list[tuple[float, int, int, int, int]] = []  # (time, order, what, stage, subnet or mirror key)
         push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
@@ -425,9 +424,7 @@ class _Engine:
         the same whether or not the receiver was busy (``bench_sim.py --fit`` fits the latency
         that way)."""
         kind, y, _ = task
-        dst = k + 1 if kind is Kind.FORWARD else k - 1
-        blk = self.table.block(y >> BLOCK_SHIFT)
-        i = (y & BLOCK_MASK) * len(self.policies) + min(k, dst)  # the boundary between k and dst
+        dst, blk, i = self._message(k, task)
         nbytes = blk.msg_bytes[i]
         self.sent_bytes[k] += nbytes
         hardware = self.costs.hardware
@@ -449,13 +446,20 @@ class _Engine:
         compute_end = self.computing_until[k]
         if compute_end <= now:  # in its send (or the gap after its last span)
             return max(now, self.ends[k])
+        kind = task[0]
+        if kind is not Kind.FORWARD and kind is not Kind.BACKWARD:
+            return compute_end
+        dst, blk, i = self._message(k, task)
+        if not 0 <= dst < len(self.policies):
+            return compute_end
+        return compute_end + self.costs.hardware.send_hold_s(k, dst, blk.msg_bytes[i], 0.0)
+
+    def _message(self, k: int, task: Task) -> tuple[int, CostBlock, int]:
+        """Where stage ``k``'s forward or backward ``task`` sends its message: ``(the receiver, the
+        subnet's cost block, the index of the boundary between them in it)``."""
         kind, y, _ = task
         dst = k + 1 if kind is Kind.FORWARD else k - 1
-        if (kind is not Kind.FORWARD and kind is not Kind.BACKWARD) or not 0 <= dst < len(self.policies):
-            return compute_end
-        blk = self.table.block(y >> BLOCK_SHIFT)
-        nbytes = blk.msg_bytes[(y & BLOCK_MASK) * len(self.policies) + min(k, dst)]
-        return compute_end + self.costs.hardware.send_hold_s(k, dst, nbytes, 0.0)
+        return dst, self.table.block(y >> BLOCK_SHIFT), (y & BLOCK_MASK) * len(self.policies) + min(k, dst)
 
     def _mirrors(self, k: int, now: float) -> tuple[list[tuple[float, Mirror]], list[int]]:
         """Stage ``k``'s update at ``now`` sends its mirrors: ``(arrival time and mirror of each one
