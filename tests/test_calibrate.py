@@ -94,6 +94,7 @@ def test_the_shipped_spec_keeps_the_physical_constants_and_marks_the_fitted_ones
 @pytest.mark.parametrize(("args", "expect"), [
     (["--steps", "0"], "--steps 0"),
     (["--base", "no-such-spec"], "no-such-spec"),
+    (["--systems", "csp,gpipe,tpu"], "--systems"),
     (["--reading", "summed", "--steps", "2"], "not a physical spec"),
 ])
 def test_bad_calibration_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, expect):
