@@ -77,9 +77,11 @@ class _Copies:
                                                                                Callable[[], bool]]:
         """Start host-to-device copies; returns (a wait that yields the device tensors, a poll: landed yet?).
 
-        ``allocate(nbytes)`` is told when the device memory is taken (the CPU arena's accounting).
+        ``allocate(nbytes)`` is told when the device memory is taken (the arena's accounting): on
+        CUDA when the copies are issued (the allocation is immediate), on the CPU when they run.
         """
         if self._stream is not None:
+            allocate(sum(_nbytes(h) for h in hosts))
             with torch.cuda.stream(self._stream):
                 devs = [h.to(self.device, non_blocking=True) for h in hosts]
                 event = torch.cuda.Event()
