@@ -36,7 +36,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--steps", type=int, default=32, help="subnets per probe run (default 32)")
     p.add_argument("--systems", default="csp,pipedream,gpipe,vpipe",
                    help="Table 2 systems whose rows are fitted and predicted (default all four)")
-    p.add_argument("--spec-out", type=Path, default=DEFAULT_SPEC, help=f"fitted spec YAML (default {DEFAULT_SPEC})")
+    p.add_argument("--spec-out", type=Path, required=True,
+                   help=f"fitted spec YAML to write (the shipped one: {DEFAULT_SPEC})")
     p.add_argument("--table", type=Path, default=None, help="calibration.csv to write (default: none)")
     return p
 
