@@ -58,6 +58,7 @@ COMMANDS: dict[str, Command] = {
                         "score subnets with a trained supernet's weights on held-out data"),
     "search": Command("naspipe.commands.search", "evolutionary or random search over a trained supernet"),
     "simulate": Command("naspipe.sim.cli", "simulate a run on a hardware spec (the same policies in simulated time)"),
+    "claims": Command("naspipe.commands.claims", "check the paper's claims against a results tree's tables"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
 }
 
