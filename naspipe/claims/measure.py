@@ -58,9 +58,12 @@ def select(measure: Measure, sources: Sources) -> pd.DataFrame | str:
     keep = pd.Series(True, index=frame.index)
     for column, wanted in measure.where.items():
         keep &= frame[column].map(lambda cell, w=wanted: any(matches(cell, x) for x in w))
+    where = measure.describe().partition(" ")[2] or "any row"
+    if not keep.any():
+        return f"no row of {measure.table}.csv with {where}"
     rows = frame[keep & frame[measure.column].notna()]
     if rows.empty:
-        return f"no row of {measure.table}.csv with {measure.describe().partition(' ')[2] or 'a value'}"
+        return f"{measure.table}.csv has no {measure.column} value for {where}"
     return rows
 
 
