@@ -59,28 +59,38 @@ def judge(claim: Claim, reading: Reading, target: PaperValue | None) -> Judgemen
     return Judgement(reading, passed, f"{len(good)} of {len(results)} pass ({examples})")
 
 
+def ours_text(claim: Claim, ours: Judgement, target: PaperValue | None) -> list[str]:
+    """Ours, where it was read, and whether it meets the rule (by how much it misses when it does not)."""
+    where = f"{claim.basis} from {claim.measure.describe()}"
+    if claim.divide_by is not None:
+        where += f" over {claim.divide_by.describe()}"
+    value = ours.reading.value
+    if value is not None and ours.reading.label:
+        where += f", {ours.reading.label}"
+    rule_text = condition(claim.rule, target, claim.tolerance) if target is not None else claim.rule
+    miss = offset(claim.rule, value, target) if value is not None and target is not None else ""
+    verdict = f"It meets the rule: {rule_text}." if ours.passed else (
+        f"It fails the rule: {rule_text}" + (f" (off by {miss})." if miss else "."))
+    return [f"Ours is {ours.shown} ({where}).", verdict]
+
+
+def artifact_text(claim: Claim, artifact: Judgement) -> str:
+    if artifact.passed is None:
+        return f"Under the artifact's accounting: not checkable here ({artifact.reading.missing})."
+    verb = "meets" if artifact.passed else "also fails"
+    described = claim.artifact.describe() if claim.artifact else ""
+    return f"Under the artifact's accounting ({described}) it is {artifact.shown}, which {verb} the rule."
+
+
 def reason(claim: Claim, ours: Judgement, artifact: Judgement | None, target: PaperValue | None,
            target_missing: str) -> str:
     """Two or three sentences from the numbers: ours and its source, the rule and the miss, the artifact's."""
-    rule_text = condition(claim.rule, target, claim.tolerance) if target is not None else ""
     if ours.passed is None:
-        why = ours.reading.missing or target_missing
-        text = [f"Not checkable here: {why}."]
+        text = [f"Not checkable here: {ours.reading.missing or target_missing}."]
     else:
-        where = f"{claim.basis} from {claim.measure.describe()}"
-        if claim.divide_by is not None:
-            where += f" over {claim.divide_by.describe()}"
-        text = [f"Ours is {ours.shown} ({where}{', ' + ours.reading.label if ours.reading.value is not None and ours.reading.label else ''})."]
-        miss = offset(claim.rule, ours.reading.value, target) if ours.reading.value is not None and target is not None else ""
-        verb = "meets" if ours.passed else "fails"
-        text.append(f"It {verb} the rule: {rule_text}" + (f" (off by {miss})." if miss and not ours.passed else "."))
-    if artifact is not None and claim.artifact is not None:
-        if artifact.passed is None:
-            text.append(f"Under the artifact's accounting: not checkable here ({artifact.reading.missing}).")
-        else:
-            verb = "meets" if artifact.passed else "also fails"
-            text.append(f"Under the artifact's accounting ({claim.artifact.describe()}) it is {artifact.shown}, "
-                        f"which {verb} the rule.")
+        text = ours_text(claim, ours, target)
+    if artifact is not None:
+        text.append(artifact_text(claim, artifact))
     if claim.note:
         text.append(f"Paper: {claim.note}.")
     return " ".join(text)
