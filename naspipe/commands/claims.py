@@ -1,6 +1,6 @@
 """``naspipe claims``: check the paper's claims against a results tree's tables.
 
-    naspipe claims [--results results] [--claims FILE.yaml] [--out results/tables/claims.csv]
+    naspipe claims --results RESULTS [--claims FILE.yaml] [--out RESULTS/tables/claims.csv]
 
 Reads every ``RESULTS/tables/*.csv`` (the report's tables and, when the workflow wrote them,
 the simulator's ``calibration``, ``attribution`` and ``bubble_models`` tables), judges each
@@ -18,7 +18,7 @@ from pathlib import Path
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     doc = __doc__ or "naspipe claims"
     p: argparse.ArgumentParser = sub.add_parser("claims", description=doc.splitlines()[0])
-    p.add_argument("--results", type=Path, default=Path("results"), help="results directory (reads RESULTS/tables)")
+    p.add_argument("--results", type=Path, required=True, help="results directory (reads RESULTS/tables)")
     p.add_argument("--claims", type=Path, default=None, help="a claims ledger (default: the package's)")
     p.add_argument("--out", type=Path, default=None, help="CSV to write (default RESULTS/tables/claims.csv); "
                    "the markdown goes beside it")
