@@ -202,6 +202,11 @@ CASES = [
     Case("sim-system", ("simulate", "--system", "nosuch", "--out", "{out}"), "'nosuch'"),
     Case("sim-batch", ("simulate", "--batch", "lots", "--out", "{out}"), "--batch 'lots'"),
     Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
+    Case("claims-results", ("claims", "--results", "{tmp}/nowhere", "--out", "{out}"), "is not a directory"),
+    Case("claims-contract", ("claims", "--results", "{tmp}", "--out", "{out}"), "attribution.csv: missing column",
+         lambda tmp, run: ((tmp / "tables").mkdir(), (tmp / "tables" / "attribution.csv").write_text("space,order\n"))),
+    Case("claims-ledger", ("claims", "--results", "{tmp}", "--claims", "{tmp}/l.yaml", "--out", "{out}"),
+         "claims file", write("l.yaml", b"claims:\n  - id: x\n")),
 ]
 
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.
