@@ -23,7 +23,13 @@ SHOWN = ["id", "source", "paper", "ours", "verdict", "tolerance", "reason"]
 
 def build(claims: list[Claim], sources: Mapping[str, pd.DataFrame]) -> Table:
     frame = evaluate(claims, sources)
-    return Table(NAME, TITLE, frame, summary(frame), body=body(frame))
+    return Table(NAME, TITLE, frame, LEGEND, body=f"{summary(frame)}\n\n{body(frame)}")
+
+
+LEGEND = ("Verdicts: reproduced (ours meets the rule); reproduced only under the artifact's accounting (ours "
+          "fails, the same quantity under the authors' artifact's accounting or model meets it); not reproduced; "
+          "not checkable here (the output that holds ours is missing, named in the reason). The rule and its "
+          "tolerance are in the tolerance column; rules and sources: docs/claims.md.")
 
 
 def summary(frame: pd.DataFrame) -> str:
