@@ -61,6 +61,7 @@ COMMANDS: dict[str, Command] = {
     "calibrate": Command("naspipe.commands.calibrate", "fit a testbed spec to the paper's Exec column"),
     "attribute": Command("naspipe.commands.attribute", "attribute the paper's speedup to the artifact's factors"),
     "bubble-models": Command("naspipe.commands.bubble_models", "the paper's bubble column against pipeline models"),
+    "claims": Command("naspipe.commands.claims", "check the paper's claims against a results tree's tables"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
 }
 

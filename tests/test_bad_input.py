@@ -208,6 +208,11 @@ CASES = [
          "hw.yaml: missing key 'gpus_per_host'", write("hw.yaml", b"name: x\n")),
     Case("attribute-spaces", ("attribute", "--spaces", "nlp.c9", "--out", "{out}"), "--spaces 'nlp.c9'"),
     Case("bubble-models-subnets", ("bubble-models", "--subnets", "0", "--out", "{out}"), "--subnets 0"),
+    Case("claims-results", ("claims", "--results", "{tmp}/nowhere", "--out", "{out}"), "is not a directory"),
+    Case("claims-contract", ("claims", "--results", "{tmp}", "--out", "{out}"), "attribution.csv: missing column",
+         lambda tmp, run: ((tmp / "tables").mkdir(), (tmp / "tables" / "attribution.csv").write_text("space,order\n"))),
+    Case("claims-ledger", ("claims", "--results", "{tmp}", "--claims", "{tmp}/l.yaml", "--out", "{out}"),
+         "claims file", write("l.yaml", b"claims:\n  - id: x\n")),
 ]
 
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.

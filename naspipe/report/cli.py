@@ -2,9 +2,11 @@
 
     naspipe report --runs DIR [DIR ...] --reproducibility F.json [...] [--profile SPACE=F.csv ...]
         [--ablations DIR ...] [--search SEARCH_DIR=ACC.csv ...] [--curve F.csv ...] [--simulated DIR ...]
-        --out RESULTS
+        [--tables F.csv ...] [--claims LEDGER.yaml] --out RESULTS
 
-Writes ``RESULTS/tables/*.{csv,md}``, ``RESULTS/figures/*.png`` and ``RESULTS/report.md``.
+Writes ``RESULTS/tables/*.{csv,md}``, ``RESULTS/figures/*.png`` and ``RESULTS/report.md``, which
+opens with the paper's claims checked against these tables (``tables/claims.csv``; the
+``--tables`` files, e.g. the simulator's calibration and attribution, are read for it).
 Every file is always written (an empty table says so), so a workflow's output list is
 static. All inputs are read and every section built in memory first: bad input is one line
 and exit 2 with nothing written; each file is then written atomically.
@@ -37,22 +39,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="'naspipe evaluate --every-checkpoint' CSV of a run (Figure 4: score against training time)")
     p.add_argument("--simulated", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
                    help="run directories written by 'naspipe simulate' (the simulated Table 2, Figures 5 and 7)")
+    p.add_argument("--tables", nargs="+", action="extend", type=Path, default=[], metavar="F.csv",
+                   help="more tables the claims read, each by its file stem (calibration.csv, attribution.csv, "
+                   "bubble_models.csv)")
+    p.add_argument("--claims", type=Path, default=None, help="a claims ledger (default: the package's)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.claims.ledger import load_claims
+    from naspipe.claims.sources import from_csv_texts, read_extra
+    from naspipe.report import claims as claims_section
     from naspipe.report.document import render_report
     from naspipe.report.inputs import load_inputs
     from naspipe.report.section import Figure
     from naspipe.report.sections import build_sections
 
+    ledger = load_claims(args.claims)
+    extra = read_extra(args.tables)
     inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations, args.search, args.curve,
                          args.simulated)
     sections = build_sections(inputs)
+    texts = {s.name: s.csv() for s in sections if not isinstance(s, Figure) or s.data is not None}
+    sections = [claims_section.build(ledger, {**from_csv_texts(texts), **extra}), *sections]
     document = render_report(inputs, sections)
     for section in sections:
         if isinstance(section, Figure):
             atomic_write_bytes(args.out / "figures" / f"{section.name}.png", section.png)
+            if section.data is not None:
+                atomic_write_text(args.out / "tables" / f"{section.name}.csv", section.csv())
         else:
             atomic_write_text(args.out / "tables" / f"{section.name}.csv", section.csv())
             atomic_write_text(args.out / "tables" / f"{section.name}.md", f"# {section.title}\n\n{section.markdown()}")

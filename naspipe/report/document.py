@@ -13,6 +13,8 @@ from pathlib import Path
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Figure, Table
 
+CLAIMS = "claims"  # the section that opens the report (naspipe.report.claims)
+
 
 def cpu_model() -> str:
     try:
@@ -58,12 +60,17 @@ def headline_text(inputs: ReportInputs) -> str:
 
 
 def render_report(inputs: ReportInputs, sections: list[Table | Figure]) -> str:
-    parts = ["# NASPipe results\n", machine_text(inputs) + "\n", summary_text(inputs) + "\n",
-             headline_text(inputs) + "\n"]
-    for section in sections:
-        if isinstance(section, Table):
-            parts.append(f"## {section.title}\n\nCSV: [tables/{section.name}.csv](tables/{section.name}.csv)\n\n"
-                         + section.markdown())
-        else:
-            parts.append(f"## {section.title}\n\n![{section.title}](figures/{section.name}.png)\n\n{section.reading}\n")
+    """The claims section (when present) first, right under the title; then the machine and every section."""
+    first = [s for s in sections if s.name == CLAIMS]
+    parts = ["# NASPipe results\n", *(_section_text(s) for s in first), *(["## What ran\n"] if first else []),
+             machine_text(inputs) + "\n",
+             summary_text(inputs) + "\n", headline_text(inputs) + "\n"]
+    parts += [_section_text(s) for s in sections if s.name != CLAIMS]
     return "\n".join(parts)
+
+
+def _section_text(section: Table | Figure) -> str:
+    if isinstance(section, Table):
+        return (f"## {section.title}\n\nCSV: [tables/{section.name}.csv](tables/{section.name}.csv)\n\n"
+                + section.markdown())
+    return f"## {section.title}\n\n![{section.title}](figures/{section.name}.png)\n\n{section.reading}\n"

@@ -65,7 +65,7 @@ def build(inputs: ReportInputs) -> Figure:
         ax.set(title="ablations: throughput normalised to NASPipe", ylabel="x NASPipe")
 
     return Figure("fig6_ablation", "Figure 6: ablations (no predictor, no mirroring, no scheduler)", render(draw),
-                  _reading(frame))
+                  _reading(frame), data=frame)
 
 
 def _reading(frame: pd.DataFrame) -> str:

@@ -29,9 +29,7 @@ class Table:
         return f"{body}\n{self.reading}\n"
 
     def csv(self) -> str:
-        buffer = io.StringIO()
-        self.frame.to_csv(buffer, index=False, lineterminator="\n")
-        return buffer.getvalue()
+        return frame_csv(self.frame)
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,16 @@ class Figure:
     title: str
     png: bytes
     reading: str
+    data: pd.DataFrame | None = None  # the plotted numbers, written as tables/<name>.csv when a claim reads them
+
+    def csv(self) -> str:
+        return frame_csv(self.data if self.data is not None else pd.DataFrame())
+
+
+def frame_csv(frame: pd.DataFrame) -> str:
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False, lineterminator="\n")
+    return buffer.getvalue()
 
 
 def format_cell(value: object) -> str:

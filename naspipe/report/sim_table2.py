@@ -5,18 +5,25 @@ these are not measurements. Columns follow the paper's Table 2: the batch each s
 (the largest that fits, with ``--batch max``), device and host memory in GB, execution time
 per subnet, bubble, cache hit rate and throughput, normalised to GPipe at the same space,
 stage count and hardware; ``fits`` is false where not even one sample fits (the paper's
-"cannot fit"), and ``efficiency`` is the lower bound over the makespan.
+"cannot fit"), and ``efficiency`` is the lower bound over the makespan. The ``paper_*``
+columns put the paper's own Table 2 beside ours on the rows at its 8 GPUs (empty elsewhere),
+from the package's ``paper_table2.csv``; ``paper_vs_gpipe`` is its GPU ALU ratio (see
+:mod:`naspipe.claims.paper`).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from naspipe.claims.paper import PAPER_STAGES, paper_table2, paper_vs_gpipe
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Table
 
 COLUMNS = ["hardware", "space", "system", "stages", "batch", "max_batch", "fits", "device_gb", "host_gb", "exec_s",
            "bubble_ratio", "cache_hit_rate", "throughput_samples_s", "throughput_vs_gpipe", "efficiency"]
+# ours -> the paper's Table 2 column shown beside it
+PAPER_COLUMNS = {"batch": "paper_batch", "exec_s": "paper_exec_s", "bubble_ratio": "paper_bubble_ratio",
+                 "cache_hit_rate": "paper_cache_hit_rate", "throughput_vs_gpipe": "paper_vs_gpipe"}
 
 
 def sim_frame(inputs: ReportInputs) -> pd.DataFrame:
@@ -48,8 +55,19 @@ def sim_frame(inputs: ReportInputs) -> pd.DataFrame:
     return frame[COLUMNS].reset_index(drop=True)
 
 
+def with_paper(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the paper's Table 2 values beside ours, on its rows at the paper's 8 GPUs."""
+    paper = paper_table2().merge(paper_vs_gpipe(), on=["space", "system"])
+    paper = paper.rename(columns={"bubble_ratio": "paper_bubble_ratio", "cache_hit_rate": "paper_cache_hit_rate",
+                                  "batch": "paper_batch", "exec_s": "paper_exec_s"})
+    paper = paper[["space", "system", *PAPER_COLUMNS.values()]].assign(stages=PAPER_STAGES)
+    merged = frame.merge(paper, on=["space", "system", "stages"], how="left")
+    order = [c for col in COLUMNS for c in (col, PAPER_COLUMNS.get(col)) if c is not None]
+    return merged[order]
+
+
 def build(inputs: ReportInputs) -> Table:
-    frame = sim_frame(inputs)
+    frame = with_paper(sim_frame(inputs))
     hardware = ", ".join(sorted(frame["hardware"].unique())) if not frame.empty else "none"
     title = f"Table 2 (simulated on {hardware}): batch, memory, exec, bubble, cache hit, throughput"
     return Table("sim_table2_systems", title, frame, _reading(frame))
@@ -63,8 +81,11 @@ def _reading(frame: pd.DataFrame) -> str:
     for (hw, space, stages), group in frame.groupby(["hardware", "space", "stages"], sort=True):
         at = group.set_index("system")
         if "csp" in at.index and not pd.isna(at.at["csp", "throughput_vs_gpipe"]):
+            paper = at.at["csp", "paper_vs_gpipe"]
             text.append(f"`{space}` D={stages} ({hw}): NASPipe {at.at['csp', 'throughput_vs_gpipe']:.2f}x GPipe, "
-                        f"bubble {at.at['csp', 'bubble_ratio']:.2f}, batch {at.at['csp', 'batch']}.")
+                        f"bubble {at.at['csp', 'bubble_ratio']:.2f}, batch {at.at['csp', 'batch']}"
+                        + ("." if pd.isna(paper) else f" (paper: {paper:.2f}x, bubble "
+                           f"{at.at['csp', 'paper_bubble_ratio']:.2f}, batch {at.at['csp', 'paper_batch']:.0f})."))
         unfit = sorted(group.loc[~group["fits"], "system"])
         if unfit:
             text.append(f"`{space}` D={stages}: {', '.join(unfit)} cannot fit one sample.")
