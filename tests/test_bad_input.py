@@ -204,6 +204,24 @@ CASES = [
     Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
 ]
 
+# -- damaged run outputs (issue 18, item 3): damage is one line naming the file, never a verdict ---
+CASES += [
+    Case("compare-damaged-digit", ("compare", "{run}", "{tmp}/bad"), "bad/losses.csv: damaged",
+         damaged_run("losses.csv", replace_line(1, b"p+", b"p-"))),
+    Case("compare-header-only-losses", ("compare", "{run}", "{tmp}/bad"), "bad/losses.csv: damaged",
+         damaged_run("losses.csv", lambda d: d.split(b"\n")[0] + b"\n")),
+    Case("compare-damaged-weights", ("compare", "{run}", "{tmp}/bad"), "bad/weights.sha256: damaged",
+         damaged_run("weights.sha256", lambda d: (b"0" if d[:1] != b"0" else b"1") + d[1:])),
+    Case("reproducibility-damaged", ("reproducibility", "{run}", "{tmp}/bad", "--out", "{out}"),
+         "bad/losses.csv: damaged", damaged_run("losses.csv", replace_line(2, b"p+", b"p-"))),
+    Case("report-damaged-losses", ("report", "--runs", "{tmp}/bad", "--out", "{out}"), "bad/losses.csv: damaged",
+         damaged_run("losses.csv", lambda d: d.split(b"\n")[0] + b"\n")),
+    Case("report-damaged-layer-hashes", ("report", "--runs", "{tmp}/bad", "--out", "{out}"),
+         "bad/layer_hashes.csv: damaged", damaged_run("layer_hashes.csv", replace_line(1, b",", b",x"))),
+    Case("report-damaged-digests", ("report", "--runs", "{tmp}/bad", "--out", "{out}"), "outputs.sha256 line 1",
+         damaged_run("outputs.sha256", lambda d: b"x" + d)),
+]
+
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.
 IN_SUBPROCESS = ("momentum<0", "compare-binary", "space-dim-huge")
 
