@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UsageError
 from naspipe.fsutil import read_json_object
-from naspipe.rundigest import check_unchanged, verify_run
 from naspipe.report.runinfo import RunInfo, read_run_info
 from naspipe.report.search_inputs import SearchResult, read_curve, read_search
+from naspipe.rundigest import check_unchanged, verify_run
 
 if TYPE_CHECKING:
     import pandas as pd
