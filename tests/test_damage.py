@@ -130,3 +130,35 @@ def test_a_damaged_digest_file_is_named(good_run, tmp_path, capsys):
     bad = copy_run(good_run, tmp_path / "bad", lambda r: (r / DIGESTS).write_text("not a digest line\n"))
     err = errors(capsys, ["compare", str(good_run), str(bad)])
     assert f"{bad / DIGESTS} line 1: damaged" in err
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.slow  # a small workflow end to end (~3-5 min on 2 busy cores), then the report twice
+def test_workflow_report_job_fails_naming_a_damaged_file(tmp_path: Path) -> None:
+    """Damage a finished run's losses.csv, then its weights.sha256: the report job fails, its log one
+    line naming the file (the verdict in results/reproducibility/ says identical and is refused)."""
+    pytest.importorskip("snakemake")
+    from tests.test_workflow import snakemake, write_config
+
+    config = write_config(tmp_path / "c.yaml", {
+        "device": "cpu", "seeds": [0], "steps": 4, "stages": [2], "systems": ["csp"],
+        "partition_costs": "uniform", "profile": {"repeats": 1, "warmup": 0},
+        "search": {"population": 2, "generations": 1, "batches": 1, "calib_batches": 1, "retrain_steps": 2,
+                   "curve_subnets": 1, "checkpoint_every": 2},
+        "datasets": {}, "spaces": {"toy": {}},
+    })
+    work = tmp_path / "work"
+    args = ("--cores", "2", "--configfile", str(config), "--directory", str(work))
+    done = snakemake(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = work / "results" / "runs" / "toy" / "csp" / "D2-seed0"
+    for name, edit in (("losses.csv", change_digit("losses.csv")), ("weights.sha256", change_digit("weights.sha256"))):
+        original = (run / name).read_bytes()
+        edit(run)
+        failed = snakemake(*args, "--forcerun", "report")
+        assert failed.returncode != 0
+        log = (work / "results" / "logs" / "report.log").read_text().strip().splitlines()
+        assert len(log) == 1 and log[0].startswith("naspipe: error: "), log
+        assert f"results/runs/toy/csp/D2-seed0/{name}: damaged" in log[0], log
+        (run / name).write_bytes(original)
+    assert snakemake(*args, "--forcerun", "report").returncode == 0  # undamaged again: the report is whole
