@@ -103,3 +103,16 @@ def test_duplicate_key_in_a_hardware_spec_is_an_error(tmp_path) -> None:
     with pytest.raises(UsageError, match="'device_reserved' \\(9000000000.0\\) must be below 'device_memory'"):
         load_hardware(str(path))
     assert load_hardware(str(HARDWARE_DIR / "cpu-local.yaml")).name == "cpu-local"
+
+
+def test_duplicate_key_in_a_workflow_config_stops_before_any_job(tmp_path) -> None:
+    pytest.importorskip("snakemake")
+    from tests.test_workflow import snakemake
+
+    config = tmp_path / "c.yaml"
+    config.write_text("device: cpu\nseeds: [0]\nsteps: 4\nstages: [2]\nsystems: [csp]\nsteps: 8\n"
+                      "datasets: {}\nspaces:\n  toy: {}\n")
+    done = snakemake("-n", "--configfile", str(config), "--directory", str(tmp_path / "work"))
+    assert done.returncode != 0
+    line = f"naspipe workflow: config error: steps: given twice in {config} line 6"
+    assert line in done.stderr, done.stderr[-2000:]
