@@ -2,7 +2,9 @@
 
 Two runs are identical when every loss (compared as exact ``float.hex()`` strings) and every
 layer digest match. Otherwise the report names the first subnet whose loss differs and the
-first layers whose tensors differ, which is where to start looking.
+first layers whose tensors differ, which is where to start looking. A run whose files do not
+match its own digests (:mod:`naspipe.rundigest`) is damaged, not different: that is a
+one-line error (exit 2), never a verdict.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from naspipe.errors import UsageError
+from naspipe.rundigest import verify_run
 
 RUN_FILES = ("losses.csv", "layer_hashes.csv", "weights.sha256")
 
@@ -24,6 +27,7 @@ class RunRecord:
     losses: dict[int, str]
     layers: dict[int, str]
     weights: str
+    digests: dict[str, str] = field(default_factory=dict)  # SHA-256 of each file read, as verified
 
 
 def read_run(path: Path) -> RunRecord:
@@ -40,7 +44,8 @@ def read_run(path: Path) -> RunRecord:
         if isinstance(exc, UsageError):
             raise
         raise UsageError(f"{weights_path}: {exc}") from None
-    return RunRecord(path, losses, layers, weights)
+    digests = verify_run(path, RUN_FILES)  # after parsing: a malformed row is named by line
+    return RunRecord(path, losses, layers, weights, digests)
 
 
 def _column_map(path: Path, key: str, value: str, check: Callable[[str], str]) -> dict[int, str]:

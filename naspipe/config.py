@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from naspipe.errors import UsageError
+from naspipe.yamlio import load_unique, read_yaml
 
 
 def _doc(text: str, **kwargs: Any) -> Any:
@@ -159,16 +160,24 @@ class Config:
 def load_config(
     path: Path | None = None, overrides: Sequence[str] = (), flags: Mapping[str, Any] | None = None
 ) -> Config:
-    """Defaults <- YAML file <- ``--set`` overrides <- explicit flags; validated."""
+    """Defaults <- YAML file <- ``--set`` overrides <- explicit flags; validated.
+
+    A key set both by ``--set`` and by its own flag (``--set steps=true --steps 4``) is an
+    error naming both: the flag would win and the ``--set`` value, however wrong, would be
+    dropped without a word.
+    """
     data: dict[str, Any] = {}
     if path is not None:
         data = _read_yaml(path)
+    given = {key: value for key, value in (flags or {}).items() if value is not None}
     for item in overrides:
         key, value = parse_override(item)
+        if key in given:
+            raise UsageError(f"--set {item.strip()!r} conflicts with the flag that sets {key!r} to {given[key]!r}; "
+                             "give the value once")
         _set_dotted(data, key, value)
-    for key, value in (flags or {}).items():
-        if value is not None:
-            _set_dotted(data, key, value)
+    for key, value in given.items():
+        _set_dotted(data, key, value)
     if isinstance(data.get("space"), dict):
         data["space"].setdefault("name", "toy")
     return config_from_dict(data)
@@ -182,19 +191,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"config file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        bad = exc.object[exc.start]
-        raise UsageError(f"config file {path}: not UTF-8 text (byte {exc.start}: {bad:#04x})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"config file {path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml(path, f"config file {path}")  # a key given twice is an error, not the last one winning
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -215,7 +212,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise UsageError(f"--set {item!r}: expected KEY=VALUE")
     try:
-        value = yaml.safe_load(text)
+        value = load_unique(text)
     except yaml.YAMLError as exc:
         problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
         raise UsageError(f"--set {key}: cannot parse value {text!r} as YAML ({problem})") from None

@@ -215,6 +215,67 @@ CASES = [
          "claims file", write("l.yaml", b"claims:\n  - id: x\n")),
 ]
 
+# -- damaged run outputs (issue 18, item 3): damage is one line naming the file, never a verdict ---
+CASES += [
+    Case("compare-damaged-digit", ("compare", "{run}", "{tmp}/bad"), "bad/losses.csv: damaged",
+         damaged_run("losses.csv", replace_line(1, b"p+", b"p-"))),
+    Case("compare-header-only-losses", ("compare", "{run}", "{tmp}/bad"), "bad/losses.csv: damaged",
+         damaged_run("losses.csv", lambda d: d.split(b"\n")[0] + b"\n")),
+    Case("compare-damaged-weights", ("compare", "{run}", "{tmp}/bad"), "bad/weights.sha256: damaged",
+         damaged_run("weights.sha256", lambda d: (b"0" if d[:1] != b"0" else b"1") + d[1:])),
+    Case("reproducibility-damaged", ("reproducibility", "{run}", "{tmp}/bad", "--out", "{out}"),
+         "bad/losses.csv: damaged", damaged_run("losses.csv", replace_line(2, b"p+", b"p-"))),
+    Case("report-damaged-losses", ("report", "--runs", "{tmp}/bad", "--out", "{out}"), "bad/losses.csv: damaged",
+         damaged_run("losses.csv", lambda d: d.split(b"\n")[0] + b"\n")),
+    Case("report-damaged-layer-hashes", ("report", "--runs", "{tmp}/bad", "--out", "{out}"),
+         "bad/layer_hashes.csv: damaged", damaged_run("layer_hashes.csv", replace_line(1, b",", b",x"))),
+    Case("report-damaged-digests", ("report", "--runs", "{tmp}/bad", "--out", "{out}"), "outputs.sha256 line 1",
+         damaged_run("outputs.sha256", lambda d: b"x" + d)),
+]
+
+# -- bad profiles and hardware specs (issue 18, item 4): every number finite and in range ---------
+PROFILE_HEADER = ("space,op,role,positions,layers,in_shape,device,device_name,threads,recompute,repeats,warmup,"
+                  "fwd_ms,bwd_ms,copy_ms,param_bytes,act_bytes\n")
+SHIPPED_HW = (Path(__file__).resolve().parents[1] / "config" / "hardware" / "cpu-local.yaml").read_bytes()
+
+
+def profile_row(fwd: str = "1.5", layers: str = "16") -> bytes:
+    return (PROFILE_HEADER + f"toy,mlp,block,1-8,{layers},8x16x32:float32,cpu,cpu,1,True,1,0,{fwd},3.0,0.01,17024,"
+            "16384\n").encode()
+
+
+def simulate_costs(name: str) -> tuple[str, ...]:
+    return ("simulate", "--stages", "2", "--costs", f"{{tmp}}/{name}", "--out", "{out}")
+
+
+CASES += [
+    Case("sim-costs-negative", simulate_costs("p.csv"), "p.csv:2: bad value '-1.0' in column 'fwd_ms'",
+         write("p.csv", profile_row(fwd="-1.0"))),
+    Case("sim-costs-nan", simulate_costs("p.csv"), "p.csv:2: bad value 'nan' in column 'fwd_ms'",
+         write("p.csv", profile_row(fwd="nan"))),
+    Case("sim-costs-layers-0", simulate_costs("p.csv"), "p.csv:2: bad value '0' in column 'layers'",
+         write("p.csv", profile_row(layers="0"))),
+    Case("sim-hardware-reserved", ("simulate", "--hardware", "{tmp}/hw.yaml", "--out", "{out}"),
+         "hw.yaml: key 'device_reserved' (9000000000.0) must be below 'device_memory'",
+         write("hw.yaml", SHIPPED_HW.replace(b"device_reserved: 0.0", b"device_reserved: 9.0e+9"))),
+    Case("sim-hardware-binary", ("simulate", "--hardware", "{tmp}/hw.yaml", "--out", "{out}"),
+         "hw.yaml: not UTF-8 text", write("hw.yaml", b"\x89PNG\r\n\x1a\n\x00\xff")),
+    # -- item 9: layer and sample ranges, conflicting overrides, duplicate YAML keys ------------------
+    Case("access-order-layer-negative", ("access-order", "{run}", "--layer", "-1"), "--layer -1"),
+    Case("access-order-layer-too-large", ("access-order", "{run}", "--layer", "999"), "--layer 999: out of range"),
+    Case("access-order-limit-0", ("access-order", "{run}", "--limit", "0"), "--limit 0"),
+    Case("evaluate-sample-more-than-space", ("evaluate", "--run", "{run}", "--sample", "1000", "--out", "{out}"),
+         "--sample 1000: the space of --run"),
+    Case("set-steps-beside-flag", train("--set", "steps=true"), "--set 'steps=true' conflicts"),
+    Case("set-stages-beside-flag", ("train", "--stages", "2", "--set", "stages=-7", "--out", "{out}"),
+         "--set 'stages=-7' conflicts"),
+    Case("set-duplicate-key", train("--set", "optimizer={{lr: 1, lr: 2}}"), "duplicate key 'lr'"),
+    Case("config-duplicate-key", train("--config", "{tmp}/c.yaml"), "c.yaml line 3: not valid YAML (duplicate key",
+         write("c.yaml", b"seed: 1\nsteps: 4\nseed: 2\n")),
+    Case("sim-hardware-duplicate-key", ("simulate", "--hardware", "{tmp}/hw.yaml", "--out", "{out}"),
+         "duplicate key 'hosts'", write("hw.yaml", SHIPPED_HW + b"hosts: 2\n")),
+]
+
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.
 IN_SUBPROCESS = ("momentum<0", "compare-binary", "space-dim-huge")
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from naspipe.cli import main
+from naspipe.errors import UsageError
 from naspipe.profile import (
     FIELDS,
     layer_costs_from_profile,
@@ -196,3 +197,36 @@ def test_first_layer_backward_only_when_trained():
     )
     assert frozen[0].op == causal[0].op == "stem"
     assert frozen[0].bwd_ms == 0.0 and causal[0].bwd_ms > 0.0
+
+
+# -- issue 18, item 4: every number read from a profile is finite and in range ----------------------
+GOOD_ROW = {"space": "toy", "op": "mlp", "role": "block", "positions": "1-8", "layers": "16",
+            "in_shape": "8x16x32:float32", "device": "cpu", "device_name": "cpu", "threads": "1",
+            "recompute": "True", "repeats": "1", "warmup": "0", "fwd_ms": "1.5", "bwd_ms": "3.0",
+            "copy_ms": "0.01", "param_bytes": "17024", "act_bytes": "16384"}
+
+
+def profile_text(**changes: str) -> str:
+    row = {**GOOD_ROW, **changes}
+    return ",".join(FIELDS) + "\n" + ",".join(row[f] for f in FIELDS) + "\n"
+
+
+def test_a_good_row_reads(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text(profile_text(bwd_ms="0.0"))  # a layer without a backward (the embedding) measures 0
+    [row] = read_profile_csv(path)
+    assert (row.fwd_ms, row.bwd_ms, row.layers) == (1.5, 0.0, 16)
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("fwd_ms", "-1.0"), ("fwd_ms", "nan"), ("bwd_ms", "inf"), ("copy_ms", "-0.5"), ("layers", "0"),
+    ("threads", "0"), ("repeats", "0"), ("warmup", "-1"), ("param_bytes", "-8"), ("act_bytes", "-1"),
+    ("positions", ""), ("positions", "5-2"),
+])
+def test_read_rejects_numbers_out_of_range_naming_file_line_column_value(tmp_path, column, value):
+    path = tmp_path / "p.csv"
+    path.write_text(profile_text(**{column: value}))
+    with pytest.raises(UsageError) as info:
+        read_profile_csv(path)
+    message = str(info.value)
+    assert f"p.csv:2: bad value {value!r} in column {column!r}" in message and "\n" not in message

@@ -8,6 +8,7 @@ and its wall time since the run started: score against training time, Figure 4's
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,10 @@ def _subnets(args: argparse.Namespace, supernet: TrainedSupernet) -> list[Subnet
     choices = supernet.space.structure.choices_per_block
     if args.subnets is not None:
         return read_subnets(args.subnets, choices)
+    size = math.prod(choices)
+    if args.sample > size:  # an error, not a silent clamp: the CSV would hold fewer rows than asked for
+        raise UsageError(f"--sample {args.sample}: the space of --run {args.run} has only {size} distinct subnets "
+                         f"(choices per block {'x'.join(map(str, choices))}); ask for at most {size}")
     return sample_subnets(choices, args.sample, args.seed)
 
 

@@ -2,14 +2,16 @@
 
 A row stands for one distinct (operation, input shape) of a space, measured once, and
 records which positions and how many layers it covers. Floats are written with ``repr`` so
-a CSV round trip is exact; the reader names the file, line and column of any bad value
-(a :class:`~naspipe.errors.UsageError`). No torch here: reading a profile is cheap.
+a CSV round trip is exact; the reader checks every value (numbers finite and in range: a
+negative or NaN time would price a simulation into nonsense) and names the file, line,
+column and value of a bad one (a :class:`~naspipe.errors.UsageError`). No torch here: reading a profile is cheap.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -106,6 +108,20 @@ _CONVERT: dict[str, Callable[[str], Any]] = {
 }
 
 
+# the smallest value each number may take: a negative or non-finite time or count would price a
+# simulation into nonsense (negative throughput, bubble below 0) without any error
+_MINIMUM: dict[str, float] = {"layers": 1, "threads": 1, "repeats": 1, "warmup": 0, "param_bytes": 0,
+                              "act_bytes": 0, "fwd_ms": 0.0, "bwd_ms": 0.0, "copy_ms": 0.0}
+
+
+def _number(name: str, raw: str) -> int | float:
+    """``raw`` converted for column ``name``; ValueError unless finite and at least its minimum."""
+    value = _CONVERT[name](raw)
+    if not math.isfinite(value) or value < _MINIMUM[name]:
+        raise ValueError(f"must be a finite number >= {_MINIMUM[name]:g}")
+    return value
+
+
 def _to_bool(text: str) -> bool:
     if text in ("True", "true", "1"):
         return True
@@ -125,25 +141,30 @@ def read_profile_csv(path: str | os.PathLike[str]) -> list[ProfileRow]:
     missing = [f for f in FIELDS if f not in (reader.fieldnames or [])]
     if missing:
         raise UsageError(f"{target}: not a profile CSV (missing column {missing[0]!r})")
-    rows = []
-    for line, record in enumerate(reader, start=2):
-        values: dict[str, Any] = {}
-        for name in FIELDS:
-            raw = record.get(name)
-            try:
-                if raw is None:
-                    raise ValueError("missing")
-                if name == "recompute":
-                    values[name] = _to_bool(raw)
-                else:
-                    values[name] = _CONVERT.get(name, str)(raw)
-            except ValueError:
-                raise UsageError(f"{target}:{line}: bad value {raw!r} in column {name!r}") from None
-        if values["role"] not in ROLES:
-            raise UsageError(f"{target}:{line}: bad value {values['role']!r} in column 'role'")
+    return [_row(target, line, record) for line, record in enumerate(reader, start=2)]
+
+
+def _row(target: Path, line: int, record: dict[str, str | None]) -> ProfileRow:
+    """One CSV record as a row, every value checked (numbers finite and in range); UsageError
+    naming the file, line, column and value."""
+    values: dict[str, Any] = {}
+    for name in FIELDS:
+        raw = record.get(name)
         try:
-            parse_positions(values["positions"])
-        except ValueError:
-            raise UsageError(f"{target}:{line}: bad value {values['positions']!r} in column 'positions'") from None
-        rows.append(ProfileRow(**values))
-    return rows
+            if raw is None:
+                raise ValueError("missing")
+            if name == "recompute":
+                values[name] = _to_bool(raw)
+            else:
+                values[name] = _number(name, raw) if name in _CONVERT else raw
+        except ValueError as exc:
+            why = f" ({exc})" if str(exc).startswith("must") else ""
+            raise UsageError(f"{target}:{line}: bad value {raw!r} in column {name!r}{why}") from None
+    if values["role"] not in ROLES:
+        raise UsageError(f"{target}:{line}: bad value {values['role']!r} in column 'role'")
+    try:
+        if not parse_positions(values["positions"]):
+            raise ValueError("no position")
+    except ValueError:
+        raise UsageError(f"{target}:{line}: bad value {values['positions']!r} in column 'positions'") from None
+    return ProfileRow(**values)

@@ -16,8 +16,12 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from naspipe.errors import UsageError
+
+if TYPE_CHECKING:
+    from naspipe.space.structure import SpaceStructure
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class RunAccess:
     ops: dict[int, str]
     accesses: dict[int, list[str]]  # layer -> ["2F", "2B", ...]
     trainable: frozenset[int] | None = None  # None: unknown (no readable metrics.json)
+    num_layers: int | None = None  # the space's layer count; None: unknown
 
 
 def read_access(run_dir: Path) -> RunAccess:
@@ -44,7 +49,11 @@ def read_access(run_dir: Path) -> RunAccess:
         metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return RunAccess(run_dir, str(run_dir), ops, accesses)
-    return RunAccess(run_dir, _label(metrics), ops, accesses, _trainable(metrics.get("config", {}), ops))
+    structure = _structure(metrics.get("config", {}))
+    if structure is None:
+        return RunAccess(run_dir, _label(metrics), ops, accesses)
+    trainable = frozenset(lid for lid in ops if structure.is_trainable(lid))
+    return RunAccess(run_dir, _label(metrics), ops, accesses, trainable, structure.num_layers)
 
 
 def _label(metrics: dict) -> str:
@@ -56,17 +65,16 @@ def _label(metrics: dict) -> str:
     return label
 
 
-def _trainable(config: dict, ops: dict[int, str]) -> frozenset[int] | None:
-    """Trainable layers of the run's space (shared layers are frozen under the default policy)."""
+def _structure(config: dict) -> SpaceStructure | None:
+    """The run's space structure (trainable layers, layer count); None when the config cannot build it."""
     from naspipe.space import make_space
 
     try:
         space = config["space"]
-        structure = make_space(space["name"], {k: v for k, v in space.items() if k != "name"},
-                               config.get("shared_policy", "frozen")).structure
+        return make_space(space["name"], {k: v for k, v in space.items() if k != "name"},
+                          config.get("shared_policy", "frozen")).structure
     except (KeyError, TypeError, ValueError):
         return None
-    return frozenset(lid for lid in ops if structure.is_trainable(lid))
 
 
 def busiest_layer(run: RunAccess) -> int:
@@ -86,9 +94,22 @@ def order_row(run: RunAccess, layer: int, limit: int | None = None) -> str:
     return "-".join(shown)
 
 
+def check_layer(runs: list[RunAccess], layer: int) -> None:
+    """UsageError unless ``layer`` is a layer id of every run's space (known: from its metrics.json)."""
+    if layer < 0:
+        raise UsageError(f"--layer {layer}: layer ids start at 0")
+    for run in runs:
+        if run.num_layers is not None and layer >= run.num_layers:
+            raise UsageError(f"--layer {layer}: out of range; {run.path} has layers 0..{run.num_layers - 1}")
+
+
 def render_table(runs: list[RunAccess], layer: int | None = None, limit: int | None = None) -> str:
     if not runs:
         raise UsageError("access-order needs at least one run directory")
+    if limit is not None and limit < 1:
+        raise UsageError(f"--limit {limit}: must be >= 1")
+    if layer is not None:
+        check_layer(runs, layer)
     layer = busiest_layer(runs[0]) if layer is None else layer
     op = next((r.ops[layer] for r in runs if layer in r.ops), "?")
     width = max(len(r.label) for r in runs)

@@ -2,7 +2,8 @@
 
 Run directories describe themselves (:mod:`naspipe.report.runinfo`); reproducibility JSON
 files come from ``naspipe reproducibility``; profiles are ``SPACE=F.csv`` pairs written by
-``naspipe profile``. Bad input of any kind is one UsageError naming the file or argument.
+``naspipe profile``. Bad input of any kind is one UsageError naming the file or argument; so
+is a damaged run, or a verdict on files that changed after it was made.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from naspipe.errors import UsageError
 from naspipe.fsutil import read_json_object
 from naspipe.report.runinfo import RunInfo, read_run_info
 from naspipe.report.search_inputs import SearchResult, read_curve, read_search
+from naspipe.rundigest import check_unchanged, verify_run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +79,25 @@ def read_reproducibility(path: Path) -> dict[str, Any]:
         missing = [k for k in REPRO_FIELDS if not isinstance(entry, dict) or k not in entry]
         if missing:
             raise UsageError(f"reproducibility file {path}: runs[{i}] lacks field {missing[0]!r}")
+    _check_judged(path, data)
     return data
+
+
+def _check_judged(path: Path, data: dict[str, Any]) -> None:
+    """A verdict holds only for the bytes it judged: each run it names (the reference too) must be
+    undamaged and unchanged since. Verdicts written before they recorded digests are taken as they are."""
+    judged = [(str(data.get("reference")), data.get("reference_digests"), "reference")]
+    judged += [(str(e["path"]), e.get("digests"), f"runs[{i}]") for i, e in enumerate(data["runs"])]
+    for run, digests, where in judged:
+        if digests is None:
+            continue
+        label = f"reproducibility file {path}: {where}"
+        if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
+            raise UsageError(f"{label}: field 'digests' must map file names to SHA-256 strings")
+        if not Path(run).is_dir():
+            raise UsageError(f"{label}: run directory {run} it judged is not found")
+        verify_run(Path(run))
+        check_unchanged(Path(run), digests, label)
 
 
 def parse_profiles(specs: list[str]) -> dict[str, Path]:

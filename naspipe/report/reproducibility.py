@@ -6,7 +6,10 @@ The verdict goes into a JSON file (paper Table 3's raw data) and the command exi
 is written, whatever the verdict, so a workflow can collect differing runs as results rather
 than failures; ``naspipe compare`` keeps its 0/1 exit for humans. Equality is decided by
 :func:`naspipe.compare.compare_pair` (exact losses, layer digests, weights digest); the first
-diverging step and layers say where a system stops being sequential.
+diverging step and layers say where a system stops being sequential. Each run is first
+verified against its own digests (:mod:`naspipe.rundigest`): a damaged file is a one-line
+error, never a verdict; the verdict records the digests of the files it judged, so the
+report can refuse it once those files change.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def run_entry(ref: RunRecord, info: RunInfo) -> dict[str, Any]:
         "weights_sha256": record.weights,
         "identical": divergence is None,
         "first_divergence": divergence,
+        "digests": record.digests,  # the bytes judged: the report refuses a verdict on files changed since
     }
 
 
@@ -81,6 +85,7 @@ def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
         "system": systems[0] if len(systems) == 1 else ",".join(systems),
         "seed": ref_info.seed,
         "reference": str(reference),
+        "reference_digests": ref.digests,
         "runs": entries,
         "identical_all": all(e["identical"] for e in entries),
     }

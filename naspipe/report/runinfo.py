@@ -3,7 +3,7 @@
 Runs describe themselves: ``metrics.json`` names the system, space and stage count and echoes
 the config (seed, space options), so the report never parses directory names. Anything
 missing or malformed is a UsageError naming the file and field, raised before anything is
-written.
+written; so is a file that no longer matches the run's own digests (:mod:`naspipe.rundigest`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from naspipe.errors import UsageError
 from naspipe.fsutil import read_json_object
+from naspipe.rundigest import verify_run
 
 NEEDED = ("system", "space", "stages", "subnets", "makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s",
           "config")
@@ -73,4 +74,5 @@ def read_run_info(path: Path) -> RunInfo:
     for key in ("makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s"):
         if not isinstance(metrics[key], (int, float)) or isinstance(metrics[key], bool):
             raise UsageError(f"{file}: field {key!r} must be a number, got {metrics[key]!r}")
+    verify_run(path)  # every file the run recorded, before any section reads one
     return RunInfo(path, metrics)

@@ -2,7 +2,8 @@
 
 Files (see the README for their columns): ``losses.csv`` (exact losses as ``float.hex()``),
 ``weights.sha256``, ``layer_hashes.csv``, ``access_order.csv``, ``metrics.json`` and
-``trace.json`` (Chrome trace format, one row per stage; open it in Perfetto). Each is
+``trace.json`` (Chrome trace format, one row per stage; open it in Perfetto), then
+``outputs.sha256`` with the digest of each (:mod:`naspipe.rundigest`). Each is
 assembled by streaming the stages' append-only logs (:mod:`naspipe.runtime.recorder`), so
 memory does not grow with the run's length, and written atomically into the run's working
 directory, which the launcher then publishes as a whole (:mod:`naspipe.runtime.rundir`).
@@ -23,6 +24,7 @@ from typing import IO, Any
 import torch
 
 from naspipe.fsutil import atomic_write, atomic_write_json, atomic_write_text
+from naspipe.rundigest import hash_of_hashes, write_digests
 from naspipe.runtime.job import Job
 from naspipe.runtime.recorder import (
     CATEGORIES,
@@ -46,6 +48,7 @@ def write_outputs(job: Job, reports: list[StageReport], run_dir: Path, wall_s: f
     atomic_write(run_dir / "trace.json", lambda f: _write_trace(job, reports, logs, f))
     atomic_write_json(run_dir / "metrics.json", metrics)
     shutil.rmtree(logs / "trace", ignore_errors=True)  # now in trace.json; the other logs let a run be resumed
+    write_digests(run_dir)  # last: what compare and the report verify the files against
     return metrics
 
 
@@ -61,10 +64,7 @@ def tensor_digest(state: dict[str, torch.Tensor]) -> str:
 
 def weights_digest(hashes: dict[int, tuple[int, str]]) -> str:
     """One SHA-256 over every layer's digest in layer-id order (a hash of hashes)."""
-    digest = hashlib.sha256()
-    for layer in sorted(hashes):
-        digest.update(f"{layer}:{hashes[layer][1]}\n".encode())
-    return digest.hexdigest()
+    return hash_of_hashes({layer: h for layer, (_, h) in hashes.items()})
 
 
 def _csv(header: list[str], rows: list[list[Any]]) -> str:

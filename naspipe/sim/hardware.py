@@ -38,9 +38,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from naspipe.errors import UsageError
+from naspipe.yamlio import read_yaml
 
 HARDWARE_DIR = Path(__file__).resolve().parents[2] / "config" / "hardware"
 
@@ -120,12 +119,7 @@ def load_hardware(spec: str) -> Hardware:
         if not path.is_file():
             raise UsageError(f"--hardware {spec!r}: no such spec; choose one of {', '.join(hardware_names())} "
                              "or give a YAML file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read hardware spec ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = read_yaml(path, f"hardware spec {path}")  # binary, invalid or duplicate keys: one line
     return parse_hardware(data, str(path))
 
 
@@ -141,6 +135,9 @@ def parse_hardware(data: Any, where: str) -> Hardware:
         if key not in data:
             raise UsageError(f"{where}: missing key {key!r}")
         values[key] = _check(where, key, data[key])
+    if values["device_reserved"] >= values["device_memory"]:
+        raise UsageError(f"{where}: key 'device_reserved' ({values['device_reserved']!r}) must be below "
+                         f"'device_memory' ({values['device_memory']!r}): no memory would be left to use")
     return Hardware(**values)
 
 

@@ -91,6 +91,32 @@ def _check_references():
             )
 
 
+def _check_duplicate_keys():
+    """Snakemake's YAML loader keeps the last of two equal keys without a word: refuse a config file
+    holding one (naspipe's own loader, naspipe/yamlio.py, does the same for its YAML).
+    """
+    for path in workflow.configfiles:
+        nodes = [
+            yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        ]
+        while nodes:
+            node = nodes.pop()
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key, value in node.value:
+                    if key.value in seen:
+                        where = f"{path} line {key.start_mark.line + 1}"
+                        config_error(
+                            key.value,
+                            f"given twice in {where} (the last would win silently)",
+                        )
+                    seen.add(key.value)
+                    nodes.append(value)
+            elif isinstance(node, yaml.SequenceNode):
+                nodes.extend(node.value)
+
+
+_check_duplicate_keys()
 _check_schema()
 _check_references()
 
