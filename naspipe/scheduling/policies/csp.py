@@ -19,6 +19,11 @@ and calls :meth:`mirror_arrived`, which may unblock its waiting user. A layer wh
 user lies past the stream end is remembered and mirrored when a later end is announced
 (a drain point followed by more subnets). Never-written layers need no mirror: every
 stage builds them from (seed, layer id).
+
+Windowed shared layers (``shared_policy: windowed``, :mod:`naspipe.scheduling.windows`) are
+outside the version rule: on a stage holding them, a subnet's forward also waits until the
+windows before last are applied here (a count of applied windows, never a per-subnet
+version), and updates run in id order so the window's accumulation is in subnet order.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 from naspipe.scheduling.versions import VersionTable
+from naspipe.scheduling.windows import SharedWindow
 
 
 class CSP(StagePolicy):
     name = "csp"
     mirroring = True
+    windowed_shared = True
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
@@ -49,6 +56,12 @@ class CSP(StagePolicy):
         self._end: int | None = None
         self._mirrors: list[Mirror] = []
         self._unsent: dict[int, tuple[int, int]] = {}  # layer -> (writer, version): next user past the end
+        holds_window = plan.windowed and stage in plan.windowed_stages
+        self._window = SharedWindow(options.shared_window) if holds_window else None
+        self._applied = 0  # windows applied here (the shared layers' version on this stage)
+        self._next_update = 0  # the next subnet to accumulate here (updates in id order)
+        self._parked_u: set[int] = set()  # backwards done, an earlier subnet's update still due
+        self._window_wait: dict[int, list[int]] = {}  # windows applied -> registered subnets waiting for it
 
     def clone(self) -> CSP:
         """Copies only what running ahead mutates (a deep copy costs far more per task)."""
@@ -60,14 +73,18 @@ class CSP(StagePolicy):
         other._uses = dict(self._uses)
         other._mirrors = []
         other._unsent = dict(self._unsent)
+        other._parked_u = set(self._parked_u)
+        other._window_wait = {v: list(ys) for v, ys in self._window_wait.items()}
         return other
 
     def resume_at(self, start: int) -> None:
         super().resume_at(start)
+        if self._window is not None:  # the restored shared layers hold every window closed before start
+            self._applied, self._next_update = self._window.applied_before(start), start
         if not self.plan.mirrored:
             return
         for subnet in range(start):  # everything restored is at its newest version
-            for layer in self.plan.subnet_trainable(subnet):
+            for layer in self.plan.subnet_versioned(subnet):
                 self._uses[layer] = self._uses.get(layer, 0) + 1
         for layer, count in self._uses.items():  # every stage restored the newest states: no mirrors due
             self.versions.advance(layer, count)
@@ -104,10 +121,15 @@ class CSP(StagePolicy):
             if not self.is_last:
                 self._awaiting_backward[subnet] = None
         elif kind is BACKWARD:
-            heappush(self._ready_u, subnet)
+            if self._window is None or subnet == self._next_update:
+                heappush(self._ready_u, subnet)
+            else:
+                self._parked_u.add(subnet)
         else:  # the update, CSP's final kind
             self._write(subnet)
             self.finished += 1
+            if self._window is not None:
+                self._accumulated(subnet)
 
     def forward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
@@ -129,15 +151,37 @@ class CSP(StagePolicy):
         heappush(self._ready_b, subnet)
 
     def _on_register(self, subnet: int) -> None:
-        here = self.plan.trainable_slices(subnet)[self.stage]
+        here = self.plan.versioned_slices(subnet)[self.stage]
         if not self._mirrored:
             self._blocked[subnet] = self.versions.register(subnet, here)
-            return
-        uses = self._uses
-        required = {layer: uses.get(layer, 0) for layer in here}
-        for layer in self.plan.subnet_trainable(subnet):
-            uses[layer] = uses.get(layer, 0) + 1
-        self._blocked[subnet] = self.versions.register(subnet, here, required)
+        else:
+            uses = self._uses
+            required = {layer: uses.get(layer, 0) for layer in here}
+            for layer in self.plan.subnet_versioned(subnet):
+                uses[layer] = uses.get(layer, 0) + 1
+            self._blocked[subnet] = self.versions.register(subnet, here, required)
+        if self._window is not None:
+            self._register_window(subnet)
+
+    def _register_window(self, subnet: int) -> None:
+        """Block ``subnet`` until the shared-layer version it reads is here (windows before last applied)."""
+        assert self._window is not None
+        need = self._window.read_version(subnet)
+        if need > self._applied:
+            self._blocked[subnet] += 1
+            self._window_wait.setdefault(need, []).append(subnet)
+
+    def _accumulated(self, subnet: int) -> None:
+        """``subnet``'s update accumulated the shared gradients: the next may, and a closed window unblocks readers."""
+        assert self._window is not None
+        self._next_update = subnet + 1
+        if self._next_update in self._parked_u:
+            self._parked_u.remove(self._next_update)
+            heappush(self._ready_u, self._next_update)
+        if self._window.closes_window(subnet):
+            self._applied += 1
+            for reader in self._window_wait.pop(self._applied, []):
+                self._unblock(reader)
 
     def _write(self, subnet: int) -> None:
         if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
@@ -150,7 +194,7 @@ class CSP(StagePolicy):
                     heappush(ready, unblocked)
             del blocked[subnet]
             return
-        layers = self.plan.trainable_slices(subnet)[self.stage]
+        layers = self.plan.versioned_slices(subnet)[self.stage]
         versions = [self.versions.required(subnet, layer) + 1 for layer in layers]
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)
