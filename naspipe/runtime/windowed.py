@@ -40,6 +40,7 @@ class SharedWindows:
         self._next = dict.fromkeys(self._modules, 0)  # the next subnet to accumulate (subnet order)
         self._older: dict[int, Tensors] = {}
         self._acc: dict[int, Tensors] = {}
+        self._pending: dict[int, dict[int, list[torch.Tensor | None]]] = {}  # updates ahead of the sum's turn
 
     def __contains__(self, layer: int) -> bool:
         return layer in self._modules
@@ -60,9 +61,17 @@ class SharedWindows:
         return dict(zip(self.names(layer), tensors, strict=True))
 
     def accumulate(self, layer: int, subnet: int, grads: list[torch.Tensor | None]) -> None:
-        """Add ``subnet``'s gradients to the window's sum (the window's first assigns); apply a closed window."""
-        if subnet != self._next[layer]:
-            raise RuntimeError(f"shared layer {layer}: subnet {subnet} accumulated before subnet {self._next[layer]}")
+        """At ``subnet``'s update: its gradients, and those of every update done before in id order,
+        join the window's sum in subnet order; a closed window is applied. An update that overtook an
+        earlier subnet's leaves its gradients waiting for that one (the scheduler counts alike)."""
+        if subnet < self._next[layer] or subnet in self._pending.setdefault(layer, {}):
+            raise RuntimeError(f"shared layer {layer}: subnet {subnet} accumulated twice")
+        pending = self._pending[layer]
+        pending[subnet] = grads
+        while self._next[layer] in pending:
+            self._add(layer, self._next[layer], pending.pop(self._next[layer]))
+
+    def _add(self, layer: int, subnet: int, grads: list[torch.Tensor | None]) -> None:
         params = _trainable(self._modules[layer])
         full = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
         if self.rule.opens_window(subnet) or layer not in self._acc:
@@ -113,8 +122,10 @@ class SharedWindows:
 
     def extra_bytes(self) -> int:
         """Bytes held beyond the modules: the older versions and the accumulators."""
-        return sum(t.numel() * t.element_size() for store in (self._older, self._acc)
+        held = sum(t.numel() * t.element_size() for store in (self._older, self._acc)
                    for tensors in store.values() for t in tensors)
+        return held + sum(t.numel() * t.element_size() for waiting in self._pending.values()
+                          for grads in waiting.values() for t in grads if t is not None)
 
 
 def split_state(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -23,7 +23,8 @@ stage builds them from (seed, layer id).
 Windowed shared layers (``shared_policy: windowed``, :mod:`naspipe.scheduling.windows`) are
 outside the version rule: on a stage holding them, a subnet's forward also waits until the
 windows before last are applied here (a count of applied windows, never a per-subnet
-version), and updates run in id order so the window's accumulation is in subnet order.
+version). Updates run as CSP orders them; the shared gradients join the window's sum in id
+order (an update that overtook an earlier one leaves them waiting for that one's update).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class CSP(StagePolicy):
         holds_window = plan.windowed and stage in plan.windowed_stages
         self._window = SharedWindow(options.shared_window) if holds_window else None
         self._applied = 0  # windows applied here (the shared layers' version on this stage)
-        self._next_update = 0  # the next subnet to accumulate here (updates in id order)
-        self._parked_u: set[int] = set()  # backwards done, an earlier subnet's update still due
+        self._next_update = 0  # the next subnet whose shared gradients join the window's sum here
+        self._updated: set[int] = set()  # updates done above it (their shared gradients wait their turn)
         self._window_wait: dict[int, list[int]] = {}  # windows applied -> registered subnets waiting for it
 
     def clone(self) -> CSP:
@@ -73,7 +74,7 @@ class CSP(StagePolicy):
         other._uses = dict(self._uses)
         other._mirrors = []
         other._unsent = dict(self._unsent)
-        other._parked_u = set(self._parked_u)
+        other._updated = set(self._updated)
         other._window_wait = {v: list(ys) for v, ys in self._window_wait.items()}
         return other
 
@@ -121,10 +122,7 @@ class CSP(StagePolicy):
             if not self.is_last:
                 self._awaiting_backward[subnet] = None
         elif kind is BACKWARD:
-            if self._window is None or subnet == self._next_update:
-                heappush(self._ready_u, subnet)
-            else:
-                self._parked_u.add(subnet)
+            heappush(self._ready_u, subnet)
         else:  # the update, CSP's final kind
             self._write(subnet)
             self.finished += 1
@@ -172,16 +170,18 @@ class CSP(StagePolicy):
             self._window_wait.setdefault(need, []).append(subnet)
 
     def _accumulated(self, subnet: int) -> None:
-        """``subnet``'s update accumulated the shared gradients: the next may, and a closed window unblocks readers."""
-        assert self._window is not None
-        self._next_update = subnet + 1
-        if self._next_update in self._parked_u:
-            self._parked_u.remove(self._next_update)
-            heappush(self._ready_u, self._next_update)
-        if self._window.closes_window(subnet):
-            self._applied += 1
-            for reader in self._window_wait.pop(self._applied, []):
-                self._unblock(reader)
+        """``subnet``'s update is done: the shared gradients of every update done in id order so far join
+        the window's sum (the executor does the same at the same update), and closed windows unblock readers."""
+        window = self._window
+        assert window is not None
+        self._updated.add(subnet)
+        while self._next_update in self._updated:
+            self._updated.remove(self._next_update)
+            if window.closes_window(self._next_update):
+                self._applied += 1
+                for reader in self._window_wait.pop(self._applied, []):
+                    self._unblock(reader)
+            self._next_update += 1
 
     def _write(self, subnet: int) -> None:
         if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
