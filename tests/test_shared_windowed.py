@@ -251,3 +251,26 @@ def test_windowed_wide_grid_and_eight_stages(tmp_path, capsys, space, optimizer)
     runs = [train(tmp_path / f"c{d}", "csp", d, *windowed(3), *opt, *extra, *CACHED, space=space, steps=10)
             for d in (1, 2, 3, 4, 8)]
     assert_identical(capsys, reference, *runs)
+
+
+# -- the simulator -------------------------------------------------------------
+def simulate(tmp_path: Path, shared: str, system: str = "csp") -> dict:
+    out = tmp_path / f"{shared}-{system}"
+    args = ["simulate", "--space", "toy", "--system", system, "--stages", "4", "--steps", "48", "--out", str(out),
+            "--set", f"shared_policy={shared}", "--set", "shared_window=8", "--set", "space.blocks=8"]
+    assert cli.main(args) == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_the_simulator_models_the_window_edges_memory_and_bound(tmp_path, capsys):
+    frozen, win, causal = (simulate(tmp_path, s) for s in ("frozen", "windowed", "causal"))
+    for m in (frozen, win, causal):
+        assert m["lower_bound_s"] <= m["makespan_s"] * (1 + 1e-9)
+    # the bound knows the window: far below causal's serial chain, at most a window's edge above frozen's
+    assert win["lower_bound_s"] < causal["lower_bound_s"]
+    assert win["makespan_s"] < causal["makespan_s"]
+    # memory: trained shared layers add optimizer state, plus the older version and the window's sum
+    gpipe = simulate(tmp_path, "windowed", "gpipe")
+    gpipe_causal = simulate(tmp_path, "causal", "gpipe")
+    assert win["device_bytes"] > causal["device_bytes"] > frozen["device_bytes"]
+    assert gpipe["device_bytes"] == gpipe_causal["device_bytes"]  # the baselines train them as causal's do
