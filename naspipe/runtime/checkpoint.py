@@ -191,6 +191,12 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
 # -- loading ------------------------------------------------------------------
 def load_layer(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """One layer's tensors and optimizer state (verified by the launcher before any stage started)."""
+    params, optimizer = _load_shard(checkpoint, layer)
+    return split_state(params)[0], optimizer
+
+
+def _load_shard(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """The shard as saved: a windowed shared layer's tensors include its window state."""
     path = checkpoint / layer_file(layer)
     try:
         shard = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -209,7 +215,7 @@ def restore(checkpoint: Path, layers: dict[int, Any], optimizers: Any, windows: 
     if windows is not None:
         windows.resume(step)
     for layer, module in layers.items():
-        params, optimizer = load_layer(checkpoint, layer)
+        params, optimizer = _load_shard(checkpoint, layer)
         params, window = split_state(params)
         module.load_state_dict(params)
         if optimizer is not None:
