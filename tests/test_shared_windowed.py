@@ -52,7 +52,8 @@ def windowed_plan(stages: int, per_subnet: bool, blocks: int = 8, seed: int = 0)
     if not per_subnet:
         return PipelinePlan(structure, home, stream)
     rng = random.Random(seed)
-    return PipelinePlan.per_subnet(structure, home, stream, [rng.uniform(0.2, 5.0) for _ in range(structure.num_layers)])
+    costs = [rng.uniform(0.2, 5.0) for _ in range(structure.num_layers)]
+    return PipelinePlan.per_subnet(structure, home, stream, costs)
 
 
 def observe(plan: PipelinePlan, system: str, n: int, w: int, inflight: int, seed: int,
@@ -74,7 +75,8 @@ def observe(plan: PipelinePlan, system: str, n: int, w: int, inflight: int, seed
     def on_start(task: Task, policy: StagePolicy) -> None:
         for layer in plan.stage_layers(task.subnet, task.stage):
             if layer not in plan.windowed:
-                if isinstance(policy, CSP) and task.kind is not Kind.UPDATE and layer in plan.subnet_versioned(task.subnet):
+                ordered = task.kind is not Kind.UPDATE and layer in plan.subnet_versioned(task.subnet)
+                if isinstance(policy, CSP) and ordered:
                     assert policy.versions.version(layer) == plan.users_before(layer, task.subnet)  # CSP still
                 continue
             if task.kind is Kind.UPDATE:  # the executor's rule: gradients join the sum in subnet order

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 
 from naspipe.errors import UsageError
-from naspipe.runtime.windowed import SharedWindows, split_state
 from naspipe.fsutil import atomic_write, atomic_write_json
+from naspipe.runtime.windowed import SharedWindows, split_state
 
 MANIFEST = "manifest.json"
 FORMAT = 2

@@ -157,7 +157,7 @@ class StageExecutor:
         kept = {unit.layer: [w.grad for w in unit.weights.values()] for unit in units
                 if unit.layer is not None and unit.weights is not None}
         if kept:
-            self._window_grads[subnet] = kept  # type: ignore[assignment]
+            self._window_grads[subnet] = kept
 
     def _stash(self, subnet: int, units: list[_Unit]) -> None:
         """Move each layer's gradients out of ``.grad`` (or off the stashed weights) into the store."""
