@@ -13,9 +13,12 @@ pure :class:`naspipe.context.DeviceCache`'s; this module performs them with real
   pinned memory; on the CPU on one copy thread (FIFO, so a write-back always lands before a
   later fetch of the same layer reads the host copy). A task waits only for its own layers
   that have not arrived; that wait is ``copy_wait_s``.
-- ``peak_device_bytes`` is measured: on CUDA ``torch.cuda.max_memory_allocated``; on the CPU
-  the arena, the bytes of every tensor this manager placed on the "device" (copies, their
-  optimizer state) plus the gradients of resident layers, under a lock with the copy thread.
+- ``cache_peak_bytes`` is the arena's peak: the bytes of every tensor this manager placed on
+  the device (copies, their optimizer state) plus the gradients of resident layers, counted
+  under a lock with the copy thread. It is what the budget bounds, on every device.
+- ``peak_device_bytes`` is the device's own peak: on CUDA ``torch.cuda.max_memory_allocated``
+  (activations, workspaces and the CUDA caching allocator's rounding included, so it exceeds
+  the budget); on the CPU, which has no separate device memory, the arena's peak.
 
 Values never change in transit (copies are exact), so training stays bitwise equal to the
 sequential reference whatever the budget, horizon or timing.
@@ -74,9 +77,11 @@ class _Copies:
                                                                                Callable[[], bool]]:
         """Start host-to-device copies; returns (a wait that yields the device tensors, a poll: landed yet?).
 
-        ``allocate(nbytes)`` is told when the device memory is taken (the CPU arena's accounting).
+        ``allocate(nbytes)`` is told when the device memory is taken (the arena's accounting): on
+        CUDA when the copies are issued (the allocation is immediate), on the CPU when they run.
         """
         if self._stream is not None:
+            allocate(sum(_nbytes(h) for h in hosts))
             with torch.cuda.stream(self._stream):
                 devs = [h.to(self.device, non_blocking=True) for h in hosts]
                 event = torch.cuda.Event()
@@ -228,7 +233,8 @@ class ContextManager:
         return {"cache_hit_rate": s.hit_rate, "cache_uses": float(s.uses), "cache_late": float(s.late),
                 "swap_in_bytes": float(s.swap_in_bytes),
                 "swap_out_bytes": float(s.swap_out_bytes), "copy_wait_s": self.copy_wait_s,
-                "peak_device_bytes": float(peak), "cache_budget_bytes": float(self.cache.budget)}
+                "peak_device_bytes": float(peak), "cache_peak_bytes": float(self.arena.peak),
+                "cache_budget_bytes": float(self.cache.budget)}
 
     def close(self) -> None:
         self.copies.close()

@@ -194,7 +194,7 @@ def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | No
         rundir.prepare(run, checkpoint, manifest)
     control = None
     if place.world > 1:
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = transport_backend(device.type, _local_world(place), _visible_gpus(device))
         dist.init_process_group(backend, init_method=init_method, rank=place.rank, world_size=place.world,
                                 timeout=timedelta(seconds=config.timeout_s))
         control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
@@ -207,8 +207,9 @@ def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | No
 
 def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, checkpoint: Path | None,
                 control: Any) -> dict[str, Any] | None:
-    transport: Transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s) if place.world > 1
-                            else LocalTransport())
+    wire = torch.device("cpu") if dist.is_initialized() and dist.get_backend() == "gloo" else device
+    transport: Transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s, wire)
+                            if place.world > 1 else LocalTransport())
     barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
     start_step = int(ckpt.read_manifest(checkpoint)["step"]) if checkpoint is not None else 0
     bar = _progress_bar(job, start_step) if place.rank == place.world - 1 else None
@@ -232,6 +233,33 @@ def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]
     gathered: list[StageReport | None] = [None] * place.world if place.rank == 0 else []
     dist.gather_object(report, gathered if place.rank == 0 else None, dst=0, group=control)
     return [r for r in gathered if r is not None]
+
+
+def transport_backend(device_type: str, local_world: int, gpus: int) -> str:
+    """nccl when every stage on this node has a GPU of its own, gloo otherwise.
+
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so a run with more stages
+    on a node than it sees GPUs (e.g. ``--stages 4`` on a one-GPU workstation) keeps its
+    stages on the GPUs, shared, and sends messages over gloo through host memory.
+    """
+    if device_type != "cuda" or local_world > gpus:
+        return "gloo"
+    return "nccl"
+
+
+def _local_world(place: Rank) -> int:
+    """How many stages run on this node: torchrun says so; SLURM's count may read '4(x2)'."""
+    env = os.environ
+    if "LOCAL_WORLD_SIZE" in env:
+        return int(env["LOCAL_WORLD_SIZE"])
+    per_node = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    if per_node:
+        return int(per_node.split("(")[0].split(",")[0])
+    return place.world
+
+
+def _visible_gpus(device: torch.device) -> int:
+    return torch.cuda.device_count() if device.type == "cuda" else 0
 
 
 def _stage_device(config: Config, local_rank: int) -> torch.device:

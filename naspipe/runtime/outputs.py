@@ -174,6 +174,7 @@ def _cache_metrics(reports: list[StageReport]) -> dict[str, Any]:
         "cache_hit_rate": hits / uses if uses else 1.0,
         **{key: sum(e[key] for e in extras) for key in ("swap_in_bytes", "swap_out_bytes", "copy_wait_s")},
         "peak_device_bytes": max(e["peak_device_bytes"] for e in extras),
+        "cache_peak_bytes": max(e["cache_peak_bytes"] for e in extras),
         "cache_budget_bytes": max(e["cache_budget_bytes"] for e in extras),
     }
 

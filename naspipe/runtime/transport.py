@@ -58,8 +58,17 @@ class LocalTransport(Transport):
 
 
 class DistTransport(Transport):
-    def __init__(self, rank: int, world: int, device: torch.device, timeout_s: float) -> None:
+    """Messages over torch.distributed, as bytes on ``wire`` (the compute ``device`` by default).
+
+    With nccl the bytes travel on the GPU. Stages that share a GPU cannot use nccl (it refuses
+    two ranks on one device), so they talk over gloo with ``wire`` = CPU: a message is packed
+    in host memory and its tensors are copied to ``device`` on arrival (exact bytes both ways).
+    """
+
+    def __init__(self, rank: int, world: int, device: torch.device, timeout_s: float,
+                 wire: torch.device | None = None) -> None:
         self.rank, self.world, self.device = rank, world, device
+        self.wire = device if wire is None else wire
         self._timeout = timedelta(seconds=timeout_s)
         self._down = dist.new_group(timeout=self._timeout)  # activations: k -> k+1
         self._up = dist.new_group(timeout=self._timeout)  # gradients: k+1 -> k
@@ -79,8 +88,8 @@ class DistTransport(Transport):
 
     def send(self, dst: int, message: Message) -> None:
         group = self._group_to(dst)
-        payload = pack(message, self.device)
-        dist.send(torch.tensor([payload.numel()], dtype=torch.int64, device=self.device), dst, group=group)
+        payload = pack(message, self.wire)
+        dist.send(torch.tensor([payload.numel()], dtype=torch.int64, device=self.wire), dst, group=group)
         dist.send(payload, dst, group=group)
 
     def receive(self, timeout: float | None) -> Message | None:
@@ -102,16 +111,22 @@ class DistTransport(Transport):
             torch.cuda.set_device(self.device)
         try:
             while True:
-                size = torch.empty(1, dtype=torch.int64, device=self.device)
+                size = torch.empty(1, dtype=torch.int64, device=self.wire)
                 dist.recv(size, src, group=group)
-                payload = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+                payload = torch.empty(int(size.item()), dtype=torch.uint8, device=self.wire)
                 dist.recv(payload, src, group=group)
-                message = unpack(payload)
+                message = self._on_device(unpack(payload))
                 self._inbox.put(message)
                 if message.kind == "END":
                     return
         except BaseException as exc:  # noqa: BLE001 - forwarded to the main loop
             self._inbox.put(exc)
+
+    def _on_device(self, message: Message) -> Message:
+        if self.wire == self.device:
+            return message
+        tensors = tuple(None if t is None else t.to(self.device) for t in message.tensors)
+        return Message(message.kind, message.subnet, tensors)
 
     def close(self) -> None:
         for thread in self._threads:

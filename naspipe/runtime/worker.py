@@ -308,7 +308,7 @@ class StageWorker:
             self.relay_bytes += payload.numel()
             self._route(message, dst)
             return
-        shard = torch.load(io.BytesIO(payload.numpy().tobytes()), map_location="cpu", weights_only=True)
+        shard = torch.load(io.BytesIO(payload.cpu().numpy().tobytes()), map_location="cpu", weights_only=True)
         if self.context is not None:
             self.context.replace(layer, shard["state"], shard["optimizer"])
         else:

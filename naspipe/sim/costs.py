@@ -29,7 +29,7 @@ is ordinary autograd through the recorded graph (measured: no extra cost).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from naspipe.errors import UsageError
@@ -139,30 +139,45 @@ def with_weight_stash(costs: CostModel, stash: bool) -> CostModel:
     return costs if costs.per_task or costs.stash_weights == stash else replace(costs, stash_weights=stash)
 
 
+def plain_sum(values: Iterable[float]) -> float:
+    """Left-to-right IEEE addition from 0.0, which is what ``sum`` does up to Python 3.11.
+
+    Python 3.12's ``sum`` compensates rounding (Neumaier), so its totals can differ in the last
+    bit from the cost tables' position-by-position accumulation (:mod:`naspipe.sim.tables`),
+    and a simulated schedule would depend on the Python version. Seen on 3.12: 1.1140724946695095e-04
+    against 1.1140724946695097e-04.
+    """
+    total = 0.0
+    for value in values:
+        total += value
+    return total
+
+
 def stash_s(costs: CostModel, layers: tuple[int, ...]) -> float:
     """Running ``layers`` on stashed clones: the clone at memory bandwidth plus a fixed cost per layer."""
     if not costs.stash_weights:
         return 0.0
     hw = costs.hardware
-    return sum(hw.stash_overhead_s + 2 * costs.param_bytes(lid) / hw.memory_bandwidth for lid in layers)
+    return plain_sum(hw.stash_overhead_s + 2 * costs.param_bytes(lid) / hw.memory_bandwidth for lid in layers)
 
 
 def forward_s(costs: CostModel, layers: tuple[int, ...]) -> float:
     if costs.per_task:
         return 1.0
-    return costs.hardware.task_overhead_s + stash_s(costs, layers) + sum(costs.layers[lid].forward_s for lid in layers)
+    compute = plain_sum(costs.layers[lid].forward_s for lid in layers)
+    return costs.hardware.task_overhead_s + stash_s(costs, layers) + compute
 
 
 def update_s(costs: CostModel, trainable: tuple[int, ...]) -> float:
     if costs.per_task:
         return 0.0
-    return costs.hardware.update_overhead_s + sum(costs.layers[lid].update_s for lid in trainable)
+    return costs.hardware.update_overhead_s + plain_sum(costs.layers[lid].update_s for lid in trainable)
 
 
 def backward_s(costs: CostModel, layers: tuple[int, ...], recompute: bool) -> tuple[float, float]:
     """``(recompute, backward)`` seconds of a backward task; without recomputation the first is 0."""
     if costs.per_task:
         return (1.0, 1.0) if recompute else (0.0, 2.0)
-    r = sum(costs.layers[lid].recompute_s for lid in layers)
-    b = costs.hardware.task_overhead_s + sum(costs.layers[lid].backward_s for lid in layers)
+    r = plain_sum(costs.layers[lid].recompute_s for lid in layers)
+    b = costs.hardware.task_overhead_s + plain_sum(costs.layers[lid].backward_s for lid in layers)
     return (r, b) if recompute else (0.0, b)
