@@ -14,7 +14,11 @@
 
     python benchmarks/bench_shared.py [--spaces nlp.tiny cv.tiny] [--stages 4] [--window 8]
         [--repeats 3] [--throughput-steps 32] [--steps 64] [--seeds 3] [--sample 8]
-        [--data workflow|generated|DIR] [--skip-throughput] [--skip-learning] [--json FILE]
+        [--data workflow|generated|DIR] [--set KEY=VALUE] [--skip-throughput] [--skip-learning] [--json FILE]
+
+Real samples (../shared/data): prepare them first, e.g. ``naspipe prepare imagenet --root
+../shared/data/cifar10-imagefolder --resize 16 --crop 16 --out DIR`` for cv.tiny, and
+``naspipe prepare wmt`` of multi30k with ``--vocab-size V`` plus ``--set space.vocab=V``.
 
 Not asserted anywhere: the machine is shared; report the load (``uptime``) with the figures.
 """
@@ -57,6 +61,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=4, help="held-out batches per subnet score")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument("--skip-learning", action="store_true")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra training override (after the config's train_options), e.g. space.vocab=1000")
     p.add_argument("--json", type=Path)
     return p.parse_args()
 
@@ -78,7 +84,8 @@ class Bench:
     def train(self, out: Path, space: str, shared: str, stages: int, steps: int, seed: int) -> dict[str, Any]:
         data = self.data(space)
         sets = [f"{k}={v}" for k, v in sorted(self.config.get("train_options", {}).items())]
-        sets += ["progress=off", "threads=1", f"shared_policy={shared}", f"shared_window={self.args.window}"]
+        sets += ["progress=off", "threads=1", f"shared_policy={shared}", f"shared_window={self.args.window}",
+                 *self.args.overrides]
         sets += [f"space.data={data}"] if data is not None else []
         check(main(["train", "--space", space, "--system", "csp", "--stages", str(stages), "--steps", str(steps),
                     "--seed", str(seed), *(a for kv in sets for a in ("--set", kv)), "--out", str(out)]))
