@@ -20,6 +20,7 @@ include: "workflow/rules/ablation.smk"
 include: "workflow/rules/compare.smk"
 include: "workflow/rules/search.smk"
 include: "workflow/rules/simulate.smk"
+include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -29,9 +30,13 @@ localrules:
     compare,
     report,
     simulate,
+    calibrate,
+    attribute,
+    bubble_models,
 
 
 rule all:
     default_target: True
     input:
         REPORT_OUTPUTS,
+        CALIBRATION_OUTPUTS,

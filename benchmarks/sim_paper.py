@@ -6,7 +6,7 @@ stages, then prints one markdown table per figure with NASPipe's ratios to each 
 Every run is a separate run directory under ``--out`` (metrics.json as the report reads it).
 
     python benchmarks/sim_paper.py --out /tmp/sim-paper [--steps 256] [--partition-mode per-subnet]
-        [--partition-by costs] [--only table2|fig7]
+        [--partition-by costs] [--only table2|fig7] [--hardware rtx2080ti-paper-fit]
 
 Settings the comparison rests on (each a flag, defaults as the workflow's ``simulate`` key):
 SGD without momentum (no per-parameter optimizer state: what the paper's Table 2 implies),
@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.cli import main
+from naspipe.sim.accounting import preset, throughputs
+
+PAPER = preset("paper")  # tokens/s beside samples/s: 64-token sentences (NLP), one token an image (CV)
 
 SPACES = ["nlp.c0", "nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"]
 SYSTEMS = ["csp", "gpipe", "pipedream", "vpipe"]
@@ -48,7 +51,7 @@ def simulate(out: Path, space: str, system: str, stages: int, args: argparse.Nam
 
 def table2(rows: dict[tuple[str, str], dict[str, Any]]) -> str:
     head = ("| space | system | batch | GPU GB | CPU GB/host | fits | exec s | bubble | cache hit | samples/s | "
-            "NASPipe x |\n|---|---|---|---|---|---|---|---|---|---|---|")
+            "tokens/s | NASPipe x |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for space in SPACES:
         csp = rows[(space, "csp")]
@@ -59,7 +62,8 @@ def table2(rows: dict[tuple[str, str], dict[str, Any]]) -> str:
                 f"| {space} | {system} | {m['batch_size'] if m['max_batch'] else 'OOM'} | "
                 f"{m['device_bytes'] / 1e9:.1f} | {m['host_bytes'] / 1e9:.1f} | {'yes' if m['fits'] else 'no'} | "
                 f"{m['exec_s']:.3f} | {m['bubble_ratio']:.2f} | {m['cache_hit_rate']:.2f} | "
-                f"{m['throughput_samples_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+                f"{m['throughput_samples_s']:.1f} | {throughputs(m, PAPER)['tokens_s']:.0f} | "
+                f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     return "\n".join(lines)
 
 

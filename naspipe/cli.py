@@ -58,6 +58,9 @@ COMMANDS: dict[str, Command] = {
                         "score subnets with a trained supernet's weights on held-out data"),
     "search": Command("naspipe.commands.search", "evolutionary or random search over a trained supernet"),
     "simulate": Command("naspipe.sim.cli", "simulate a run on a hardware spec (the same policies in simulated time)"),
+    "calibrate": Command("naspipe.commands.calibrate", "fit a testbed spec to the paper's Exec column"),
+    "attribute": Command("naspipe.commands.attribute", "attribute the paper's speedup to the artifact's factors"),
+    "bubble-models": Command("naspipe.commands.bubble_models", "the paper's bubble column against pipeline models"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
 }
 

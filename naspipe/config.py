@@ -293,7 +293,7 @@ def _scalar(hint: Any, value: Any, key: str) -> Any:
     raise UsageError(f"config key {key!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor")
+CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
 
 
 def _check_ranges(config: Config) -> None:

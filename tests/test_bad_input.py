@@ -202,6 +202,12 @@ CASES = [
     Case("sim-system", ("simulate", "--system", "nosuch", "--out", "{out}"), "'nosuch'"),
     Case("sim-batch", ("simulate", "--batch", "lots", "--out", "{out}"), "--batch 'lots'"),
     Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
+    # -- calibrate, attribute, bubble-models ------------------------------------------------------
+    Case("calibrate-systems", ("calibrate", "--systems", "tpu", "--spec-out", "{out}"), "--systems 'tpu'"),
+    Case("calibrate-base", ("calibrate", "--base", "{tmp}/hw.yaml", "--spec-out", "{out}"),
+         "hw.yaml: missing key 'gpus_per_host'", write("hw.yaml", b"name: x\n")),
+    Case("attribute-spaces", ("attribute", "--spaces", "nlp.c9", "--out", "{out}"), "--spaces 'nlp.c9'"),
+    Case("bubble-models-subnets", ("bubble-models", "--subnets", "0", "--out", "{out}"), "--subnets 0"),
 ]
 
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.

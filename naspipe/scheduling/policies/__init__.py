@@ -5,6 +5,7 @@ from __future__ import annotations
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
 from naspipe.scheduling.policies.csp import CSP
+from naspipe.scheduling.policies.csp_artifact import CSPArtifact
 from naspipe.scheduling.policies.csp_no_predictor import CSPNoPredictor
 from naspipe.scheduling.policies.csp_no_scheduler import CSPNoScheduler
 from naspipe.scheduling.policies.gpipe import GPipe
@@ -15,6 +16,7 @@ from naspipe.scheduling.policies.vpipe import VPipe
 POLICIES: dict[str, type[StagePolicy]] = {
     cls.name: cls for cls in (Sequential, CSP, GPipe, PipeDream, VPipe, CSPNoScheduler, CSPNoPredictor)
 }
+POLICIES[CSPArtifact.name] = CSPArtifact  # the artifact's relaxed check (simulator attribution only)
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
 

@@ -1,0 +1,122 @@
+"""The calibration fit recovers known constants, and its spec is what the simulator then measures."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from naspipe.cli import main
+from naspipe.sim import calibrate as cal
+from naspipe.sim.hardware import load_hardware, parse_hardware
+from naspipe.sim.paper import TABLE2, PaperRow
+
+BASE = load_hardware("rtx2080ti-pcie3-40gbe")
+
+
+def synthetic_simulator(tau: float, eff: float):
+    """A stand-in testbed whose Exec is linear in the two keys with row-dependent features; paper rows
+    regenerated from (tau, eff) so that the fit must find exactly those."""
+
+    def features(row: PaperRow) -> tuple[float, float, float]:
+        tasks = 2.0 if row.system != "pipedream" else 2.5
+        return tasks, 1e-3 * row.batch * (2.0 if row.family == "cv" else 1.0), 1e-4 * row.batch
+
+    def simulate(row: PaperRow, hw) -> float:
+        t, k, f = features(row)
+        return hw.task_overhead_s * t + k / hw.compute_efficiency + f
+
+    rows = [replace(r, exec_s=simulate(r, replace(BASE, task_overhead_s=tau, compute_efficiency=eff)))
+            for r in TABLE2]
+    return simulate, rows
+
+
+@pytest.mark.parametrize(("tau", "eff"), [(0.2, 0.3), (0.0, 0.9), (1e-5, 0.05)])
+def test_fit_recovers_known_constants_from_a_synthetic_table(tau, eff):
+    simulate, rows = synthetic_simulator(tau, eff)
+    features = [cal.probe(r, BASE, simulate) for r in rows]
+    by_fit = cal.fits(features)
+    for name, f in by_fit.items():
+        assert f.task_overhead_s == pytest.approx(tau, rel=1e-9, abs=1e-12), name
+        assert f.compute_efficiency == pytest.approx(eff, rel=1e-9), name
+        assert f.max_rel_error < 1e-9
+    rows_out = cal.table_rows(features, by_fit, lambda feat, f: feat.predict(f.task_overhead_s,
+                                                                             f.compute_efficiency))
+    assert len(rows_out) == 3 * len(TABLE2)
+    assert all(abs(r["rel_error"]) < 1e-9 for r in rows_out)
+    assert set(cal.held_out_max_error(rows_out)) == {"nlp", "cv"}  # 'all' holds nothing out
+
+
+def test_fit_with_noise_stays_close_and_reports_its_error():
+    simulate, rows = synthetic_simulator(0.2, 0.3)
+    noisy = [replace(r, exec_s=r.exec_s * (1.03 if i % 2 else 0.97)) for i, r in enumerate(rows)]
+    f = cal.fit([cal.probe(r, BASE, simulate) for r in noisy], "all")
+    assert f.task_overhead_s == pytest.approx(0.2, rel=0.1)
+    assert f.compute_efficiency == pytest.approx(0.3, rel=0.1)
+    assert 0.02 < f.max_rel_error < 0.06
+
+
+def test_fit_flags_values_that_are_not_physical():
+    simulate, rows = synthetic_simulator(0.05, 2.0)
+    f = cal.fit([cal.probe(r, BASE, simulate) for r in rows], "all")
+    assert f.compute_efficiency == pytest.approx(2.0) and not f.physical and not f.overhead_physical
+    simulate, rows = synthetic_simulator(2e-5, 0.4)
+    f = cal.fit([cal.probe(r, BASE, simulate) for r in rows], "all")
+    assert f.physical and f.overhead_physical
+
+
+def test_fit_recovers_a_spec_through_the_real_simulator():
+    """Paper rows replaced by what the simulator measures on a known spec: the fit gives that spec back."""
+    truth = replace(BASE, task_overhead_s=0.05, compute_efficiency=0.25)
+    simulate = cal.row_simulator(steps=4, reading="slot")
+    picked = [r for r in TABLE2 if r.space == "cv.c3" and r.system in ("gpipe", "csp", "pipedream")]
+    rows = [replace(r, exec_s=simulate(r, truth)) for r in picked]
+    f = cal.fit([cal.probe(r, BASE, simulate) for r in rows], "all")
+    assert f.task_overhead_s == pytest.approx(0.05, rel=1e-6)
+    assert f.compute_efficiency == pytest.approx(0.25, rel=1e-6)
+
+
+def test_the_shipped_spec_keeps_the_physical_constants_and_marks_the_fitted_ones():
+    from naspipe.sim.hardware import HARDWARE_DIR
+
+    path = HARDWARE_DIR / "rtx2080ti-paper-fit.yaml"
+    text = path.read_text()
+    spec = parse_hardware(yaml.safe_load(text), str(path))
+    for key in ("flops", "device_memory", "memory_bandwidth", "host_device_bandwidth", "intra_host_bandwidth",
+                "network_bandwidth", "network_latency", "host_memory"):
+        assert getattr(spec, key) == getattr(BASE, key), key
+    fitted = [line for line in text.splitlines() if "# FITTED" in line and not line.startswith("#")]
+    assert [line.split(":")[0] for line in fitted] == ["compute_efficiency", "task_overhead_s"]
+    assert "Cross-validation" in text and spec.compute_efficiency <= 1
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--steps", "0"], "--steps 0"),
+    (["--base", "no-such-spec"], "no-such-spec"),
+    (["--systems", "csp,gpipe,tpu"], "--systems"),
+    (["--reading", "summed", "--steps", "2"], "not a physical spec"),
+])
+def test_bad_calibration_input_is_one_line_and_writes_nothing(tmp_path, capsys, args, expect):
+    out, table = tmp_path / "fit.yaml", tmp_path / "cal.csv"
+    assert main(["calibrate", *args, "--spec-out", str(out), "--table", str(table)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expect in err and len(err.splitlines()) == 1
+    assert not out.exists() and not table.exists()
+
+
+@pytest.mark.slow  # 144 simulated runs: ~20 CPU s, over a minute on the shared machine
+def test_the_shipped_spec_is_what_calibrate_writes(tmp_path, capsys):
+    """config/hardware/rtx2080ti-paper-fit.yaml is generated; regenerating it gives the same file."""
+    from naspipe.sim.hardware import HARDWARE_DIR
+
+    out, table = tmp_path / "fit.yaml", tmp_path / "calibration.csv"
+    assert main(["calibrate", "--spec-out", str(out), "--table", str(table)]) == 0
+    assert out.read_text() == (HARDWARE_DIR / "rtx2080ti-paper-fit.yaml").read_text()
+    import pandas as pd
+
+    rows = pd.read_csv(table)
+    assert list(rows.columns) == ["space_family", "space", "system", "batch", "paper_exec_s", "predicted_exec_s",
+                                  "rel_error", "fitted_on"]
+    assert len(rows) == 3 * len(TABLE2) and set(rows.fitted_on) == {"nlp", "cv", "all"}
+    assert "held out under the nlp fit" in capsys.readouterr().out

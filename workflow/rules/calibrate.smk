@@ -1,0 +1,67 @@
+"""Step 5c, calibrate: the paper's testbed fitted to its own Table 2, and the paper's speedup and bubbles explained.
+
+`naspipe calibrate` fits the testbed spec's per-task overhead and compute efficiency to Table 2's
+Exec column (cross-validated NLP <-> CV); `naspipe attribute` applies the artifact's factors to
+NASPipe/GPipe one at a time on that spec (plus samples/s vs tokens/s per system); `naspipe
+bubble-models` sets the paper's bubble column against three pipeline models at 4 and 8 stages.
+CPU-only jobs of seconds to a few minutes (small step counts; no config key of their own). They
+are part of the default target when the `simulate` key simulates any of the paper's spaces
+(config/config.yaml and config/paper.yaml do; the tiny CI config does not).
+"""
+
+PAPER_SPACES = {"nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"}
+CALIBRATION_OUTPUTS = (
+    [
+        "results/calibration/rtx2080ti-paper-fit.yaml",
+        "results/tables/calibration.csv",
+        "results/tables/attribution.csv",
+        "results/tables/accounting.csv",
+        "results/tables/bubble_models.csv",
+    ]
+    if PAPER_SPACES & set(SIMULATE.get("spaces", []))
+    else []
+)
+
+
+rule calibrate:
+    output:
+        spec="results/calibration/rtx2080ti-paper-fit.yaml",
+        table="results/tables/calibration.csv",
+    log:
+        "results/logs/calibrate/calibrate.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    shell:
+        "python -m naspipe calibrate --steps 32 --spec-out {output.spec} --table {output.table} > {log} 2>&1"
+
+
+rule attribute:
+    input:
+        spec="results/calibration/rtx2080ti-paper-fit.yaml",
+    output:
+        table="results/tables/attribution.csv",
+        accounting="results/tables/accounting.csv",
+    log:
+        "results/logs/calibrate/attribute.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    shell:
+        "python -m naspipe attribute --fitted {input.spec} --steps 64 --out {output.table}"
+        " --accounting-out {output.accounting} > {log} 2>&1"
+
+
+rule bubble_models:
+    input:
+        spec="results/calibration/rtx2080ti-paper-fit.yaml",
+    output:
+        "results/tables/bubble_models.csv",
+    log:
+        "results/logs/calibrate/bubble_models.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    shell:
+        "python -m naspipe bubble-models --fitted {input.spec} --subnets 1000 --steps 64 --out {output}"
+        " > {log} 2>&1"
