@@ -89,9 +89,11 @@ class Config:
         "search space: space.name plus that space's options, e.g. space.blocks=8",
         default_factory=lambda: {"name": "toy"},
     )
-    shared_policy: Literal["frozen", "causal"] = _doc(
-        "shared (non-choice) layers: frozen at init, or causal (trained by every subnet)", default="frozen"
+    shared_policy: Literal["frozen", "causal", "windowed"] = _doc(
+        "shared (non-choice) layers: frozen at init, causal (trained by every subnet), or windowed "
+        "(updated once per shared_window subnets; see docs/shared-layers.md)", default="frozen"
     )
+    shared_window: int = _doc("subnets per shared-layer update under shared_policy=windowed (W)", default=8)
     optimizer: OptimizerConfig = _doc("optimizer settings", default_factory=OptimizerConfig)
     cache: CacheConfig = _doc("device cache of layers (the context manager)", default_factory=CacheConfig)
     recompute: bool = _doc("activation recomputation (checkpointing) in the backward", default=True)
@@ -298,6 +300,7 @@ def _check_ranges(config: Config) -> None:
         ("stages", config.stages >= 1, "must be >= 1"),
         ("steps", config.steps >= 1, "must be >= 1"),
         ("max_inflight", config.max_inflight >= 0, "must be >= 0"),
+        ("shared_window", config.shared_window >= 1, "must be >= 1"),
         ("bulk_size", config.bulk_size >= 0, "must be >= 0"),
         ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),
         ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),

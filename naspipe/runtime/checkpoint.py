@@ -40,6 +40,7 @@ import torch
 
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
+from naspipe.runtime.windowed import SharedWindows, split_state
 
 MANIFEST = "manifest.json"
 FORMAT = 2
@@ -179,6 +180,9 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
         if _normal(saved.get(key)) != _normal(config.get(key)):
             raise UsageError(f"--resume {checkpoint}: config key {key!r} is {config.get(key)!r}, "
                              f"checkpoint has {saved.get(key)!r}")
+    if config.get("shared_policy") == "windowed" and saved.get("shared_window") != config.get("shared_window"):
+        raise UsageError(f"--resume {checkpoint}: config key 'shared_window' is {config.get('shared_window')!r}, "
+                         f"checkpoint has {saved.get('shared_window')!r}")
     if config["steps"] <= manifest["step"]:
         raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's "
                          f"step {manifest['step']}")
@@ -187,6 +191,12 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
 # -- loading ------------------------------------------------------------------
 def load_layer(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """One layer's tensors and optimizer state (verified by the launcher before any stage started)."""
+    params, optimizer = _load_shard(checkpoint, layer)
+    return split_state(params)[0], optimizer
+
+
+def _load_shard(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+    """The shard as saved: a windowed shared layer's tensors include its window state."""
     path = checkpoint / layer_file(layer)
     try:
         shard = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -195,14 +205,27 @@ def load_layer(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], d
     return shard["params"], shard["optimizer"]
 
 
-def restore(checkpoint: Path, layers: dict[int, Any], optimizers: Any) -> int:
-    """Load the rank's own layers (and their optimizer state) from ``checkpoint``; its step."""
+def restore(checkpoint: Path, layers: dict[int, Any], optimizers: Any, windows: SharedWindows | None = None) -> int:
+    """Load the rank's own layers (and their optimizer state) from ``checkpoint``; its step.
+
+    A windowed shared layer's shard also holds its window state (older version, open sum),
+    which goes to ``windows``.
+    """
+    step = int(read_manifest(checkpoint)["step"])
+    if windows is not None:
+        windows.resume(step)
     for layer, module in layers.items():
-        params, optimizer = load_layer(checkpoint, layer)
+        params, optimizer = _load_shard(checkpoint, layer)
+        params, window = split_state(params)
         module.load_state_dict(params)
         if optimizer is not None:
             optimizers.load_state_dict(layer, optimizer)  # torch moves state to the param's device
-    return int(read_manifest(checkpoint)["step"])
+        if windows is not None and layer in windows:
+            try:
+                windows.load(layer, window, step)
+            except ValueError as exc:
+                raise UsageError(f"checkpoint shard {checkpoint / layer_file(layer)}: {exc}") from None
+    return step
 
 
 def trained_wall_s(manifest: dict[str, Any]) -> float | None:

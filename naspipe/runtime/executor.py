@@ -24,6 +24,11 @@ unchanged):
   parameters taken at forward time, so the backward differentiates the version the forward
   read even if the live parameters were updated meanwhile; the gradients (w.r.t. the
   clones) go to the gradient stash and are applied to the live parameters at the update.
+
+Windowed shared layers (``windows``, :mod:`naspipe.runtime.windowed`; sequential and CSP
+only) run the same way as weight stashing, through :func:`torch.func.functional_call`, but
+on the version the window rule says the subnet reads; their gradients wait for the subnet's
+update, which adds them to the window's sum in subnet order.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import torch
 from torch.func import functional_call
 
 from naspipe.runtime.optim import LayerOptimizers
+from naspipe.runtime.windowed import SharedWindows
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
 
 Grads = tuple[torch.Tensor | None, ...]
@@ -68,6 +74,7 @@ class StageExecutor:
         is_first: bool = False,
         stash_gradients: bool = False,
         stash_weights: bool = False,
+        windows: SharedWindows | None = None,
     ) -> None:
         if stash_weights and (recompute or not stash_gradients):
             raise ValueError("weight stashing needs recomputation off and the gradient stash on")
@@ -78,6 +85,8 @@ class StageExecutor:
         self._inputs: dict[int, State] = {}
         self._units: dict[int, list[_Unit]] = {}
         self._grads: dict[int, dict[int, ParamGrads]] = {}  # subnet -> layer -> its gradients
+        self.windows = windows
+        self._window_grads: dict[int, dict[int, ParamGrads]] = {}  # subnet -> windowed layer -> its gradients
         self.last_recompute_s = 0.0  # time the last backward spent re-running the forward
 
     def forward(self, subnet: int, layer_ids: tuple[int, ...], inputs: State) -> State | torch.Tensor:
@@ -87,7 +96,11 @@ class StageExecutor:
             with torch.no_grad():
                 state = inputs
                 for layer in layer_ids:
-                    state = self.layers[layer](state, self._ctx(subnet, layer, recompute=False))
+                    ctx = self._ctx(subnet, layer, recompute=False)
+                    if self.windows is not None and layer in self.windows:
+                        state = functional_call(self.layers[layer], self.windows.read(layer, subnet), (state, ctx))
+                    else:
+                        state = self.layers[layer](state, ctx)
                 return self._loss(subnet, state) if self.is_last else state
         units = self._forward_units(subnet, layer_ids, inputs, recompute=False)
         self._units[subnet] = units
@@ -110,6 +123,8 @@ class StageExecutor:
             grads = _backprop(unit, grads)
         if self.stash_gradients:
             self._stash(subnet, units)
+        elif self.windows is not None:
+            self._keep_window_grads(subnet, units)
         return grads
 
     def update(self, layer_ids: tuple[int, ...], subnet: int | None = None) -> None:
@@ -117,7 +132,13 @@ class StageExecutor:
         if self.stash_gradients and subnet is None:
             raise ValueError("with the gradient stash, update needs the subnet whose gradients to apply")
         stashed = self._grads.pop(subnet, {}) if self.stash_gradients and subnet is not None else {}
+        windowed = self._window_grads.pop(subnet, {}) if subnet is not None else {}
         for layer in layer_ids:
+            if self.windows is not None and layer in self.windows:
+                if subnet is None or layer not in windowed:
+                    raise RuntimeError(f"shared layer {layer}: update of subnet {subnet} without its gradients")
+                self.windows.accumulate(layer, subnet, windowed.pop(layer))
+                continue
             if layer in stashed:
                 for param, grad in zip(_trainable(self.layers[layer]), stashed.pop(layer), strict=True):
                     param.grad = grad
@@ -130,6 +151,13 @@ class StageExecutor:
         stash = self._grads.get(subnet, {})
         for layer, grads in stash.items():
             stash[layer] = move(grads)
+
+    def _keep_window_grads(self, subnet: int, units: list[_Unit]) -> None:
+        """The windowed layers' gradients (taken on the version read) until the subnet's update."""
+        kept = {unit.layer: [w.grad for w in unit.weights.values()] for unit in units
+                if unit.layer is not None and unit.weights is not None}
+        if kept:
+            self._window_grads[subnet] = kept
 
     def _stash(self, subnet: int, units: list[_Unit]) -> None:
         """Move each layer's gradients out of ``.grad`` (or off the stashed weights) into the store."""
@@ -157,7 +185,11 @@ class StageExecutor:
                 # The batch itself needs no gradient: stage 0's first layer gets it as is.
                 leaves = state if self.is_first and position == 0 else tuple(_leaf(t) for t in state)
                 module, ctx = self.layers[layer], self._ctx(subnet, layer, recompute)
-                if self.stash_weights:
+                if self.windows is not None and layer in self.windows:
+                    weights = {n: t.detach().requires_grad_() for n, t in self.windows.read(layer, subnet).items()}
+                    state = functional_call(module, weights, (leaves, ctx))
+                    units.append(_Unit(leaves, state, layer, weights))
+                elif self.stash_weights:
                     weights = {n: p.detach().clone().requires_grad_() for n, p in _named_trainable(module)}
                     state = functional_call(module, weights, (leaves, ctx))
                     units.append(_Unit(leaves, state, layer, weights))

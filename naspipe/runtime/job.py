@@ -31,7 +31,8 @@ class Job:
 
     @property
     def policy_options(self) -> PolicyOptions:
-        return PolicyOptions(max_inflight=self.config.inflight_limit, bulk_size=self.config.bulk)
+        return PolicyOptions(max_inflight=self.config.inflight_limit, bulk_size=self.config.bulk,
+                             shared_window=self.config.shared_window)
 
     def stage_layer_ids(self, stage: int) -> list[int]:
         """Every layer (all candidates of its blocks) that lives on ``stage``: its home layers, and with

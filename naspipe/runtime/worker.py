@@ -32,9 +32,11 @@ from naspipe.runtime.outputs import tensor_digest
 from naspipe.runtime.recorder import Recorder, StageLogs, StageReport, access_log
 from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.transport import Transport
+from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, StagePolicy, Task, make_policy
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
+from naspipe.scheduling.windows import SharedWindow
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class StageWorker:
         self.recompute = config.recompute if self.needs.recompute is None else self.needs.recompute
         self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
-        start = ckpt.restore(resume, self.layers, self.optimizers) if resume is not None else 0
+        self.windows = self._make_windows()
+        start = ckpt.restore(resume, self.layers, self.optimizers, self.windows) if resume is not None else 0
         # training time before this segment: a resume continues the resumed checkpoint's clock
         self.wall_before = (ckpt.trained_wall_s(ckpt.read_manifest(resume)) or 0.0) if resume is not None else 0.0
         self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
@@ -83,7 +86,7 @@ class StageWorker:
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
                                       self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
-                                      stash_weights=self.needs.stash_weights)
+                                      stash_weights=self.needs.stash_weights, windows=self.windows)
         self.policy.resume_at(start)
         self.mirror_bytes = self.relay_bytes = 0
         self._announce_end(start)
@@ -125,13 +128,23 @@ class StageWorker:
                 f"({share} bytes; largest: layer {big}, {sizes[big]} bytes)")
         return ContextManager(self.layers, self.optimizers, self.device, budget, sizes)
 
+    def _make_windows(self) -> SharedWindows | None:
+        """The windowed shared layers' state, for the systems that keep the window rule (the baselines
+        train those layers as ordinary trainable ones, their own way)."""
+        plan = self.job.plan
+        if not plan.windowed or not self.policy.windowed_shared or not plan.windowed & self.layers.keys():
+            return None
+        rule = SharedWindow(self.job.policy_options.shared_window)
+        return SharedWindows(self.layers, sorted(plan.windowed), rule, self.optimizers)
+
     def _extra(self) -> dict[str, float]:
         """Per-stage metrics beyond the recorder's (metrics.json ``stage_extra``)."""
         no_swap = {"swap_bytes": 0.0, "swap_wait_s": 0.0, "swap_fetches": 0.0}
         swap = self.swapper.stats() if self.swapper is not None else no_swap
         cache = self.context.stats() if self.context is not None else {}
         mirror = {"mirror_bytes": float(self.mirror_bytes), "mirror_relay_bytes": float(self.relay_bytes)}
-        return {"recompute": float(self.recompute), **swap, **cache, **mirror, **_memory()}
+        window = {"shared_window_bytes": float(self.windows.extra_bytes())} if self.windows is not None else {}
+        return {"recompute": float(self.recompute), **swap, **cache, **mirror, **window, **_memory()}
 
     def _announce_end(self, done: int) -> None:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
@@ -365,6 +378,9 @@ class StageWorker:
             self.context.sync()
         held = self._held_layers(step)
         layers = {lid: self._state(lid) for lid in held}
+        if self.windows is not None:  # the window's older version and open sum travel in the layer's shard
+            layers = {lid: {**state, **self.windows.state(lid)} if lid in self.windows else state
+                      for lid, state in layers.items()}
         optimizers = {lid: sd for lid, sd in self.optimizers.state_dicts().items() if lid in layers}
         others = {access_log(lid) for lid in self.layers} - {access_log(lid) for lid in held}
         lengths = {name: n for name, n in log_lengths.items() if name not in others}

@@ -44,6 +44,14 @@ class PipelinePlan:
         self.trainable_slices = lru_cache(maxsize=1 << 12)(self._trainable_slices)
         self.partition_of = lru_cache(maxsize=1 << 14)(self._partition_of)
         self.subnet_trainable = lru_cache(maxsize=1 << 14)(self._subnet_trainable)
+        self.windowed = frozenset(lid for lid in range(structure.num_layers) if structure.is_windowed(lid))
+        self.windowed_stages = self._windowed_stages()
+        if self.windowed:  # the CSP version rule leaves windowed layers to the window rule
+            self.versioned_slices = lru_cache(maxsize=1 << 12)(self._versioned_slices)
+            self.subnet_versioned = lru_cache(maxsize=1 << 14)(self._subnet_versioned)
+        else:  # the same objects: no filtering on the hot path of the existing policies
+            self.versioned_slices = self.trainable_slices
+            self.subnet_versioned = self.subnet_trainable
 
     @classmethod
     def per_subnet(cls, structure: SpaceStructure, partition: Partition, stream: SubnetStream,
@@ -103,6 +111,32 @@ class PipelinePlan:
         """Every trainable layer of the subnet, on every stage."""
         keep = self._trainable
         return tuple([lid for lid in self.subnet_layers(subnet) if keep[lid]])
+
+    def _versioned_slices(self, subnet: int) -> tuple[tuple[int, ...], ...]:
+        """:meth:`trainable_slices` without the windowed shared layers (what the CSP version rule orders)."""
+        skip = self.windowed
+        return tuple(tuple([lid for lid in here if lid not in skip]) for here in self.trainable_slices(subnet))
+
+    def _subnet_versioned(self, subnet: int) -> tuple[int, ...]:
+        skip = self.windowed
+        return tuple([lid for lid in self.subnet_trainable(subnet) if lid not in skip])
+
+    def _windowed_stages(self) -> frozenset[int]:
+        """The stages holding windowed shared layers, the same for every subnet.
+
+        Per-subnet partitions never leave a stage empty, so the first position stays on stage 0
+        and the last on the last stage; other shared positions could move between stages, and
+        the window's accumulator cannot follow a layer around: refused.
+        """
+        last = self.structure.num_positions - 1
+        stages = set()
+        for lid in self.windowed:
+            position = self.structure.position_of(lid)
+            if self.mirrored and position not in (0, last):
+                raise ValueError(f"windowed shared layer {lid} at position {position} may move between stages "
+                                 "under per-subnet partitions (only the first and last positions stay put)")
+            stages.add(self.stage_of_layer(lid))
+        return frozenset(stages)
 
     def stage_of_layer(self, layer: int) -> int:
         """The layer's home stage (the static partition's)."""

@@ -13,7 +13,9 @@ Every term follows what the runtime holds (fp32 tensors, 4 bytes per element):
   The runtime creates it at a layer's first update and never frees it, so this model
   charges it for *every* trainable layer the stage holds: the steady state of a run long
   enough to have trained each candidate once (the paper trains thousands of subnets; a
-  short run holds less). Frozen shared layers have none.
+  short run holds less). Frozen shared layers have none. Windowed shared layers
+  (csp, sequential) add their older version and the window's gradient sum
+  (:func:`window_bytes`), outside the cache budget.
 - **Gradients** exist from a subnet's backward to its update and are freed by it
   (``zero_grad(set_to_none=True)``); only the layers the subnet used have them. csp and
   sequential apply the update right after the backward (one subnet's share); pipedream too,
@@ -131,6 +133,8 @@ def memory_report(plan: PipelinePlan, system: str, costs: CostModel, options: Po
             fixed = h.share_max * (2 + states) + (h.params - h.trainable)
         else:
             fixed = h.params + states * h.trainable + _gradients(system, flight, h)
+        if plan.windowed and policy.windowed_shared:  # outside the cache budget, as in the runtime
+            fixed += window_bytes(plan, costs, k)
         if cache_budgets is not None or policy.swap_parameters:
             stash = flight * h.share_mean if policy.swap_parameters else 0.0  # vpipe parks gradients on the host
             host[hw.host_of(k)] = host.get(hw.host_of(k), 0.0) + h.params + states * h.trainable + stash
@@ -150,6 +154,13 @@ def _gradients(system: str, flight: int, h: StageHolding) -> float:
     if policy.stash_gradients:  # each subnet's gradients kept apart until the bulk's flush
         return flight * h.share_mean
     return h.share_max  # csp, sequential: the update follows the backward at once
+
+
+def window_bytes(plan: PipelinePlan, costs: CostModel, stage: int) -> float:
+    """The window rule's own memory on ``stage`` (:mod:`naspipe.scheduling.windows`): per windowed
+    shared layer there, its older version and the window's gradient sum (the newest version is
+    the layer's parameters, already counted)."""
+    return 2.0 * sum(costs.param_bytes(lid) for lid in plan.windowed if plan.stage_of_layer(lid) == stage)
 
 
 def max_batch(stages: list[StageMemory], budget: float) -> int:

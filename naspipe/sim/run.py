@@ -93,7 +93,8 @@ def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
                       residency_for(setup), trace_max_events=setup.trace_max_events)
-    path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute)
+    path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
+                        shared_window=setup.options.shared_window)
     memory = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
                            cache_budgets(setup) if uses_cache(setup) else None)
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)

@@ -17,8 +17,8 @@ from typing import Literal
 
 from naspipe.subnet import Subnet
 
-SharedPolicy = Literal["frozen", "causal"]
-SHARED_POLICIES: tuple[str, ...] = ("frozen", "causal")
+SharedPolicy = Literal["frozen", "causal", "windowed"]
+SHARED_POLICIES: tuple[str, ...] = ("frozen", "causal", "windowed")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class SpaceStructure:
 
     ``shared_policy`` says whether shared layers are trained: ``frozen`` keeps them at their
     seeded init (the NASPipe artifact's choice), ``causal`` trains them as layers that every
-    subnet uses (correct under CSP, but it serialises the pipeline).
+    subnet uses (correct under CSP, but it serialises the pipeline), ``windowed`` trains them
+    once per window of ``W`` consecutive subnets from a version fixed by subnet index (see
+    :mod:`naspipe.scheduling.windows`: no serialisation, the choice layers keep CSP).
     """
 
     name: str
@@ -88,8 +90,12 @@ class SpaceStructure:
         return layer < len(self.prefix) or layer >= self.num_layers - len(self.suffix)
 
     def is_trainable(self, layer: int) -> bool:
-        """Choice layers always train; shared layers train only under the ``causal`` policy."""
-        return not self.is_shared(layer) or self.shared_policy == "causal"
+        """Choice layers always train; shared layers train under ``causal`` and ``windowed``."""
+        return not self.is_shared(layer) or self.shared_policy != "frozen"
+
+    def is_windowed(self, layer: int) -> bool:
+        """A shared layer trained by the window rule (not by the per-layer CSP version rule)."""
+        return self.shared_policy == "windowed" and self.is_shared(layer)
 
     def op_name(self, layer: int) -> str:
         if layer < len(self.prefix):

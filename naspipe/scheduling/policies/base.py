@@ -33,16 +33,20 @@ class PolicyOptions:
 
     ``max_inflight``: subnets admitted into the pipeline and not yet finished on stage 0
     (bounds stashed activations and the context cache). ``bulk_size``: subnets per BSP bulk.
+    ``shared_window``: subnets per shared-layer update when the shared layers are windowed.
     """
 
     max_inflight: int = 4
     bulk_size: int = 1
+    shared_window: int = 8  # W of shared_policy windowed (naspipe.scheduling.windows)
 
     def __post_init__(self) -> None:
         if self.max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {self.max_inflight}")
         if self.bulk_size < 1:
             raise ValueError(f"bulk_size must be >= 1, got {self.bulk_size}")
+        if self.shared_window < 1:
+            raise ValueError(f"shared_window must be >= 1, got {self.shared_window}")
 
 
 class StagePolicy(ABC):
@@ -56,6 +60,9 @@ class StagePolicy(ABC):
     bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
     predictor: ClassVar[bool] = True  # with the device cache on: prefetch the predicted next tasks' layers
     mirroring: ClassVar[bool] = False  # keeps global versions and sends mirrors (per-subnet partitions)
+    # honours the windowed shared-layer rule (naspipe.scheduling.windows); the others (bulk, async)
+    # train windowed shared layers as ordinary trainable layers, their own way
+    windowed_shared: ClassVar[bool] = False
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         if plan.mirrored and plan.num_stages > 1 and not self.mirroring:

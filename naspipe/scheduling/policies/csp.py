@@ -19,6 +19,12 @@ and calls :meth:`mirror_arrived`, which may unblock its waiting user. A layer wh
 user lies past the stream end is remembered and mirrored when a later end is announced
 (a drain point followed by more subnets). Never-written layers need no mirror: every
 stage builds them from (seed, layer id).
+
+Windowed shared layers (``shared_policy: windowed``, :mod:`naspipe.scheduling.windows`) are
+outside the version rule: on a stage holding them, a subnet's forward also waits until the
+windows before last are applied here (a count of applied windows, never a per-subnet
+version). Updates run as CSP orders them; the shared gradients join the window's sum in id
+order (an update that overtook an earlier one leaves them waiting for that one's update).
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 from naspipe.scheduling.versions import VersionTable
+from naspipe.scheduling.windows import SharedWindow
 
 
 class CSP(StagePolicy):
     name = "csp"
     mirroring = True
+    windowed_shared = True
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
@@ -49,6 +57,12 @@ class CSP(StagePolicy):
         self._end: int | None = None
         self._mirrors: list[Mirror] = []
         self._unsent: dict[int, tuple[int, int]] = {}  # layer -> (writer, version): next user past the end
+        holds_window = plan.windowed and stage in plan.windowed_stages
+        self._window = SharedWindow(options.shared_window) if holds_window else None
+        self._applied = 0  # windows applied here (the shared layers' version on this stage)
+        self._next_update = 0  # the next subnet whose shared gradients join the window's sum here
+        self._updated: set[int] = set()  # updates done above it (their shared gradients wait their turn)
+        self._window_wait: dict[int, list[int]] = {}  # windows applied -> registered subnets waiting for it
 
     def clone(self) -> CSP:
         """Copies only what running ahead mutates (a deep copy costs far more per task)."""
@@ -60,14 +74,18 @@ class CSP(StagePolicy):
         other._uses = dict(self._uses)
         other._mirrors = []
         other._unsent = dict(self._unsent)
+        other._updated = set(self._updated)
+        other._window_wait = {v: list(ys) for v, ys in self._window_wait.items()}
         return other
 
     def resume_at(self, start: int) -> None:
         super().resume_at(start)
+        if self._window is not None:  # the restored shared layers hold every window closed before start
+            self._applied, self._next_update = self._window.applied_before(start), start
         if not self.plan.mirrored:
             return
         for subnet in range(start):  # everything restored is at its newest version
-            for layer in self.plan.subnet_trainable(subnet):
+            for layer in self.plan.subnet_versioned(subnet):
                 self._uses[layer] = self._uses.get(layer, 0) + 1
         for layer, count in self._uses.items():  # every stage restored the newest states: no mirrors due
             self.versions.advance(layer, count)
@@ -108,6 +126,8 @@ class CSP(StagePolicy):
         else:  # the update, CSP's final kind
             self._write(subnet)
             self.finished += 1
+            if self._window is not None:
+                self._accumulated(subnet)
 
     def forward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
@@ -129,15 +149,39 @@ class CSP(StagePolicy):
         heappush(self._ready_b, subnet)
 
     def _on_register(self, subnet: int) -> None:
-        here = self.plan.trainable_slices(subnet)[self.stage]
+        here = self.plan.versioned_slices(subnet)[self.stage]
         if not self._mirrored:
             self._blocked[subnet] = self.versions.register(subnet, here)
-            return
-        uses = self._uses
-        required = {layer: uses.get(layer, 0) for layer in here}
-        for layer in self.plan.subnet_trainable(subnet):
-            uses[layer] = uses.get(layer, 0) + 1
-        self._blocked[subnet] = self.versions.register(subnet, here, required)
+        else:
+            uses = self._uses
+            required = {layer: uses.get(layer, 0) for layer in here}
+            for layer in self.plan.subnet_versioned(subnet):
+                uses[layer] = uses.get(layer, 0) + 1
+            self._blocked[subnet] = self.versions.register(subnet, here, required)
+        if self._window is not None:
+            self._register_window(subnet)
+
+    def _register_window(self, subnet: int) -> None:
+        """Block ``subnet`` until the shared-layer version it reads is here (windows before last applied)."""
+        assert self._window is not None
+        need = self._window.read_version(subnet)
+        if need > self._applied:
+            self._blocked[subnet] += 1
+            self._window_wait.setdefault(need, []).append(subnet)
+
+    def _accumulated(self, subnet: int) -> None:
+        """``subnet``'s update is done: the shared gradients of every update done in id order so far join
+        the window's sum (the executor does the same at the same update), and closed windows unblock readers."""
+        window = self._window
+        assert window is not None
+        self._updated.add(subnet)
+        while self._next_update in self._updated:
+            self._updated.remove(self._next_update)
+            if window.closes_window(self._next_update):
+                self._applied += 1
+                for reader in self._window_wait.pop(self._applied, []):
+                    self._unblock(reader)
+            self._next_update += 1
 
     def _write(self, subnet: int) -> None:
         if not self._mirrored:  # the layers it registered here, in that order: no plan lookup
@@ -150,7 +194,7 @@ class CSP(StagePolicy):
                     heappush(ready, unblocked)
             del blocked[subnet]
             return
-        layers = self.plan.trainable_slices(subnet)[self.stage]
+        layers = self.plan.versioned_slices(subnet)[self.stage]
         versions = [self.versions.required(subnet, layer) + 1 for layer in layers]
         for unblocked in self.versions.write_all(subnet, layers):
             self._unblock(unblocked)

@@ -25,6 +25,11 @@ exactly one bulk is in flight.
 The bulk that the stream's end cuts short is flushed when its last subnet is done; a policy
 learns where the stream ends from :meth:`stream_ends_at` (the runtime calls it; without it a
 stream whose length is not a multiple of ``B`` never flushes its last bulk).
+
+Shared layers (``shared_policy``): under ``causal`` and ``windowed`` they are ordinary
+trainable layers here (GPipe does not keep the window rule): every subnet of a bulk reads
+the version from before the bulk, and each subnet's gradient gets its own optimizer step at
+the flush, in subnet order. ``frozen`` keeps them at their seeded init.
 """
 
 from __future__ import annotations

@@ -23,6 +23,12 @@ ignored: 1F1B fixes the in-flight count.
 The cool-down needs to know where the stream ends (:meth:`stream_ends_at`, called by the
 runtime, also at checkpoint drain points). Without that knowledge a stage that waits for
 its next forward runs an already arrived backward instead of waiting, so it never stalls.
+
+Shared layers (``shared_policy``): under ``causal`` and ``windowed`` they are ordinary
+trainable layers here (PipeDream does not keep the window rule): each subnet's update of
+them lands right after its backward on their stage, and a forward reads whatever version is
+there then (timing and ``D`` decide it); weight stashing keeps forward and backward on one
+version. ``frozen`` keeps them at their seeded init.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Update semantics: for i = 0, 1, ...: forward SN_i on batch i, backward, update t
 it used; the next subnet enters only after the previous one's last update on stage 0. This
 is what the exploration algorithm assumes (paper section 2) and what every other policy is
 judged against. Over D stages it runs the same per-layer computations as on one stage, so
-its results do not depend on D either.
+its results do not depend on D either. Windowed shared layers follow
+:mod:`naspipe.scheduling.windows` (the executor applies it; one subnet at a time already
+reads and accumulates in subnet order).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 
 class Sequential(StagePolicy):
     name = "sequential"
+    windowed_shared = True  # one subnet at a time: the window rule's order holds by itself
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)

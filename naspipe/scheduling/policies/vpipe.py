@@ -10,6 +10,9 @@ back to the host when it is done: a layer's parameters (and, around an update, i
 optimizer state, and the subnet's stashed gradients) are copied back after the update.
 Only the running task's subnet has layers on the device. The runtime records the copied
 bytes and the time spent waiting on copies (``swap_bytes``, ``swap_wait_s``).
+
+Shared layers train as under :class:`~naspipe.scheduling.policies.gpipe.GPipe` (one step per
+subnet at the flush, under ``causal`` and ``windowed`` alike), swapped like any other layer.
 """
 
 from __future__ import annotations
