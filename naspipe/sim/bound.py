@@ -123,7 +123,7 @@ class _LayerWrites:
     def ready(self, row: int) -> list[float]:
         """Per stage, the latest write of the layers the block's subnet ``row`` runs there."""
         latest = np.maximum.reduceat(self.written[self.layers[row]], self.starts[row])
-        return latest.tolist()  # type: ignore[no-any-return]
+        return latest.tolist()
 
     def record(self, row: int, done: list[float]) -> None:
         """The subnet's update of stage ``k`` ended at ``done[k]``: its trainable layers there now date from it."""
