@@ -108,3 +108,27 @@ def test_a_stage_without_trainable_layers_holds_an_integer_zero_share_as_before(
     ours, theirs = stage_holdings(plan, costs, 40), reference_holdings(plan, costs, 40)
     assert theirs[0].share_max == 0 and type(theirs[0].share_max) is int
     assert [repr(h) for h in ours] == [repr(h) for h in theirs]
+
+
+def test_the_trace_keeps_the_first_and_last_subnets_and_says_so(tmp_path):
+    """A bounded trace is the full trace's spans of the window's subnets, unchanged, and its
+    metadata names the window and counts what it left out."""
+    import json
+
+    from naspipe.cli import main
+
+    out = {}
+    for window in ("0", "3"):
+        run = tmp_path / f"w{window}"
+        assert main(["simulate", "--system", "csp", "--stages", "3", "--steps", "20", "--set", "space.blocks=4",
+                     "--trace-subnets", window, "--out", str(run)]) == 0
+        out[window] = json.loads((run / "trace.json").read_text()), json.loads((run / "metrics.json").read_text())
+    (full, _), (bounded, metrics) = out["0"], out["3"]
+    window = {0, 1, 2, 17, 18, 19}
+    spans = [e for e in full["traceEvents"] if e["ph"] == "X"]
+    kept = [e for e in bounded["traceEvents"] if e["ph"] == "X"]
+    assert kept == [e for e in spans if e["args"]["subnet"] in window]
+    assert bounded["otherData"]["traced_subnets"] == [[0, 3], [17, 20]]
+    assert full["otherData"]["traced_subnets"] == [[0, 20]] and full["otherData"]["events_dropped"] == 0
+    assert bounded["otherData"]["events_dropped"] == len(spans) - len(kept)
+    assert sum(s["trace_dropped"] for s in metrics["stage_extra"]) == len(spans) - len(kept)
