@@ -22,11 +22,16 @@ paper's testbed) for each system of ``--scale-systems`` in one process: CPU seco
 ``--repeats``, and simulated tasks per CPU second. Every system runs with the copy model
 ``naspipe simulate`` gives it (vpipe swaps; ``csp+cache`` drives the context cache and its
 predictor) and its costs (pipedream pays its weight stash). Target (issue 10): 100,000 x 64
-in under a minute on one core.
+in under a minute on one core. Beside the engine alone, each system's whole command as a
+user runs it (issue 22: start-up, partition, memory model, bound, engine, outputs):
+``naspipe simulate --space toy --set space.blocks=126 --set space.candidates=24 --stages 64
+--steps 100000 --costs uniform`` in a subprocess, its wall seconds and the CPU seconds it
+used (``resource.getrusage(RUSAGE_CHILDREN)``); ``--scale-command off`` skips it. Target
+(issue 22): under 60 s.
 
     .venv/bin/python benchmarks/bench_sim.py [--steps 128] [--repeats 7] [--fit] [--json FILE]
     .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--scale-systems csp,gpipe] \
-        [--repeats 1]
+        [--repeats 1] [--scale-command off]
 """
 
 from __future__ import annotations
@@ -494,8 +499,50 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
                                 "wall_s_each": [r[1] for r in runs]}
         print(f"{spec:18} {cpu:8.1f} {wall:8.1f} {tasks:10d} {tasks / cpu:12,.0f} {cpu / tasks * 1e6:8.2f}  "
               f"{makespan:.6g} s", flush=True)
+    if args.scale_command == "on":
+        out["command"] = scale_command(args)
     out["load_average_end"] = os.getloadavg()[0]
     print(f"load average at the end {out['load_average_end']:.2f} (medians of CPU and wall over repeats)")
+    return out
+
+
+def scale_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``naspipe simulate`` at scale as a user runs it, per system: a fresh interpreter each time
+    (imports, config, the space's layers sized on torch's meta device, partition, memory
+    model, bound, engine, metrics.json and trace.json); wall and CPU seconds, medians over
+    ``--repeats``. Its own costs: ``uniform`` (the issue's command), so its simulated numbers
+    differ from the engine-alone rows above (analytic costs)."""
+    import resource
+    import subprocess
+
+    d, n = args.scale_stages, args.scale_subnets
+    out: dict[str, Any] = {}
+    print(f"whole command, {d} stages x {n} subnets (naspipe simulate ... --costs uniform, a subprocess each):")
+    print(f"{'system':18} {'cpu s':>8} {'wall s':>8} {'trace MB':>9}  load at start")
+    for spec in args.scale_systems.split(","):
+        system, _, extra = spec.partition("+")
+        runs: list[tuple[float, float, float, float]] = []
+        for _ in range(args.repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                argv = [sys.executable, "-m", "naspipe", "simulate", "--space", "toy", "--set", "space.blocks=126",
+                        "--set", "space.candidates=24", "--system", system, "--stages", str(d), "--steps", str(n),
+                        "--costs", "uniform", "--seed", str(args.seed), "--out", str(Path(tmp) / "run")]
+                if extra == "cache":
+                    argv += ["--set", "cache.enabled=true"]
+                load = os.getloadavg()[0]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                wall = time.perf_counter()
+                subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[1])
+                wall = time.perf_counter() - wall
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                size = (Path(tmp) / "run" / "trace.json").stat().st_size / 1e6
+                runs.append((cpu, wall, size, load))
+        cpu, wall = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        out[spec] = {"cpu_s": cpu, "wall_s": wall, "trace_mb": runs[0][2], "cpu_s_each": [r[0] for r in runs],
+                     "wall_s_each": [r[1] for r in runs], "load_1min_each": [r[3] for r in runs]}
+        print(f"{spec:18} {cpu:8.1f} {wall:8.1f} {runs[0][2]:9.1f}  {', '.join(f'{r[3]:.1f}' for r in runs)}",
+              flush=True)
     return out
 
 
@@ -516,6 +563,8 @@ def main() -> None:
     parser.add_argument("--scale-systems", default=",".join(SCALE_SYSTEMS),
                         help="systems to time with --scale; SYSTEM+cache runs it with the context cache")
     parser.add_argument("--scale-stages", type=int, default=64)
+    parser.add_argument("--scale-command", choices=["on", "off"], default="on",
+                        help="with --scale, also time the whole 'naspipe simulate' command in a subprocess")
     parser.add_argument("--scale-subnets", type=int, default=100_000)
     parser.add_argument("--keep", type=Path, help="keep the profiles and run directories here (must not hold runs)")
     parser.add_argument("--from", dest="source", type=Path,

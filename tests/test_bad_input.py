@@ -201,6 +201,7 @@ CASES = [
     Case("sim-costs", ("simulate", "--stages", "2", "--costs", "{tmp}/none.csv", "--out", "{out}"), "none.csv"),
     Case("sim-system", ("simulate", "--system", "nosuch", "--out", "{out}"), "'nosuch'"),
     Case("sim-batch", ("simulate", "--batch", "lots", "--out", "{out}"), "--batch 'lots'"),
+    Case("sim-trace-subnets", ("simulate", "--trace-subnets", "-1", "--out", "{out}"), "--trace-subnets -1"),
     Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
     # -- calibrate, attribute, bubble-models ------------------------------------------------------
     Case("calibrate-systems", ("calibrate", "--systems", "tpu", "--spec-out", "{out}"), "--systems 'tpu'"),

@@ -25,6 +25,7 @@ from naspipe.sim.memory import optimizer_slots
 from naspipe.sim.run import SimSetup, simulate_run
 
 DEFAULT_HARDWARE = "rtx2080ti-pcie3-40gbe"
+TRACE_EVENTS = 100_000  # the default trace's size in events, about (4-6 per subnet and stage)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -50,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--partition-by", choices=["config", "costs"], default="config",
                    help="'config': partition as 'naspipe train' would (partition_costs, partition_file); 'costs': "
                    "by the simulated layers' compute, as a profile on that hardware would (default config)")
+    p.add_argument("--trace-subnets", type=int, default=None, metavar="N",
+                   help="trace.json holds the spans of the first and last N subnets (0: every subnet; default "
+                   f"{TRACE_EVENTS:,} // (10 x stages), about {TRACE_EVENTS:,} events in all); the trace's otherData "
+                   "says which subnets it holds")
     p.add_argument("--out", type=Path, required=True, help="output directory DIR (published complete, by rename)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR when this run completes")
     return p
@@ -59,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     hardware = load_hardware(args.hardware)
     batch = _batch(args.batch)
-    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch, args.partition_by)
+    if args.trace_subnets is not None and args.trace_subnets < 0:
+        raise UsageError(f"--trace-subnets {args.trace_subnets}: must be >= 0")
+    metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch, args.partition_by,
+                          args.trace_subnets)
     keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency", "max_batch")
     print(json.dumps({k: metrics[k] for k in keys}))
     return 0
@@ -74,14 +82,18 @@ def _batch(text: str) -> int | str:
 
 
 def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, overwrite: bool,
-                batch: int | str = "config", partition_by: str = "config") -> dict[str, Any]:
-    """Check everything, simulate, then write and publish ``out``; returns the metrics."""
+                batch: int | str = "config", partition_by: str = "config",
+                trace_subnets: int | None = None) -> dict[str, Any]:
+    """Check everything, simulate, then write and publish ``out``; returns the metrics.
+    ``trace_subnets``: the trace's window (None: :func:`default_trace_subnets`)."""
     from dataclasses import replace
 
     from naspipe.runtime import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
     setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
+    if trace_subnets is not None:
+        setup = replace(setup, trace_subnets=trace_subnets)
     metrics, trace = simulate_run(setup)
     metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch,
                          "partition_by": partition_by}
@@ -89,7 +101,8 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
         shutil.rmtree(run_dir.work)
     run_dir.work.mkdir(parents=True)
     atomic_write_json(run_dir.work / "metrics.json", metrics)
-    atomic_write(run_dir.work / "trace.json", lambda f: _write_trace(trace, f))
+    about = trace_about(setup.subnets, setup.trace_subnets, setup.trace_max_events, metrics)
+    atomic_write(run_dir.work / "trace.json", lambda f: _write_trace(trace, f, about))
     rundir.publish(run_dir)
     return metrics
 
@@ -110,7 +123,28 @@ def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_b
     if partition_by == "costs" and not config.partition_file:
         plan = plan_by_costs(plan, costs, effective_recompute(config.system, config.recompute))
     return SimSetup(plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
-                    cache=config.cache)
+                    cache=config.cache, trace_subnets=default_trace_subnets(plan.num_stages))
+
+
+def default_trace_subnets(stages: int) -> int:
+    """The trace's default window: the first and last this many subnets, about :data:`TRACE_EVENTS`
+    events in all at any run length (a 64 x 100,000 run traced whole is ~30 M events, ~4 GB)."""
+    return max(1, TRACE_EVENTS // (10 * stages))
+
+
+def trace_about(subnets: int, trace_subnets: int, max_events: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The trace's ``otherData``: which subnets it holds and what it left out, so a reader of a
+    bounded trace knows it is one."""
+    from naspipe.sim.engine import trace_window
+
+    head, tail = trace_window(subnets, trace_subnets)
+    ranges = [[0, head]] + ([[tail, subnets]] if tail < subnets else [])
+    return {"simulated": True, "subnets": subnets,
+            "traced_subnets": [r for r in ranges if r[0] < r[1]],  # half-open [first, end) ranges
+            "trace_max_events_per_stage": max_events,
+            "events_dropped": sum(int(s["trace_dropped"]) for s in metrics["stage_extra"]),
+            "note": "spans of the subnets in traced_subnets only (naspipe simulate --trace-subnets), at most "
+                    "trace_max_events_per_stage per stage; events_dropped counts the others"}
 
 
 def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, batch: int,
@@ -140,7 +174,7 @@ def with_optimizer_slots(costs: CostModel, slots: int) -> CostModel:
     return replace(costs, layers=layers, optimizer_states=slots)
 
 
-def _write_trace(events: list[dict[str, object]], f: Any) -> None:
+def _write_trace(events: list[dict[str, object]], f: Any, about: dict[str, Any]) -> None:
     f.write('{"traceEvents": [')
     f.write(",\n".join(json.dumps(e) for e in events))
-    f.write('],\n"displayTimeUnit": "ms"}\n')
+    f.write('],\n"displayTimeUnit": "ms",\n"otherData": ' + json.dumps(about) + "}\n")

@@ -31,7 +31,8 @@ stage order, so a step costs O(1) and not O(D): 64 stages x 100,000 subnets is ~
 At that size the per-task Python is the cost (``benchmarks/bench_sim.py --scale``), so the
 loop is one flat function over local lists: seconds and message sizes come precomputed per
 (subnet, stage) from :mod:`naspipe.sim.tables`, events are plain tuples of numbers, trace
-entries are built only while a stage's trace budget lasts, and stages whose parameters stay
+entries are built only while a stage's trace budget lasts and for the subnets of the trace's
+window (the first and last few: a bounded trace at any length, :func:`trace_window`), and stages whose parameters stay
 resident skip the copy model. VPipe's synchronous swap (:class:`SynchronousSwap`) copies what
 the plan fixes, so its bytes and seconds come from the table too and the loop adds them to the
 swap's stats in each stage's task order (the same sums); only the context cache, whose moves
@@ -102,14 +103,27 @@ def simulate(
     residency: ResidencyFactory | None = None,
     record_order: bool = False,
     trace_max_events: int = 0,
+    trace_subnets: int = 0,
 ) -> SimResult:
-    """Simulate ``num_subnets`` subnets of ``plan`` under ``system``; DeadlockError if it stalls."""
+    """Simulate ``num_subnets`` subnets of ``plan`` under ``system``; DeadlockError if it stalls.
+
+    The trace holds at most ``trace_max_events`` spans per stage, of the first and last
+    ``trace_subnets`` subnets only (0: of every subnet): a long run's trace shows its start
+    and its steady end at a bounded size (:func:`trace_window`)."""
     policies = [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
     for policy in policies:
         policy.stream_ends_at(num_subnets)
     copies = [residency(k, policies[k]) if residency else Resident() for k in range(plan.num_stages)]
-    engine = _Engine(plan, policies, num_subnets, costs, recompute, copies, record_order, trace_max_events)
+    engine = _Engine(plan, policies, num_subnets, costs, recompute, copies, record_order, trace_max_events,
+                     trace_window(num_subnets, trace_subnets))
     return engine.run()
+
+
+def trace_window(num_subnets: int, trace_subnets: int) -> tuple[int, int]:
+    """``(head, tail)``: subnets ``y < head`` and ``y >= tail`` are traced (every one when they meet)."""
+    if trace_subnets <= 0 or 2 * trace_subnets >= num_subnets:
+        return num_subnets, num_subnets
+    return trace_subnets, num_subnets - trace_subnets
 
 
 def _swapped_layers(plan: PipelinePlan, copies: list[Residency], costs: CostModel) -> frozenset[int] | None:
@@ -134,7 +148,8 @@ class _Engine:
     """
 
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
-                 copies: list[Residency], record_order: bool, trace_max: int) -> None:
+                 copies: list[Residency], record_order: bool, trace_max: int,
+                 window: tuple[int, int] | None = None) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
         self.swapped = _swapped_layers(plan, copies, costs)
@@ -143,6 +158,7 @@ class _Engine:
         self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s  # idle after every task
         self.copies = copies
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
+        self.head, self.tail = window or (n, n)  # subnets traced: y < head or y >= tail
         d = len(policies)
         self.results = [StageResult() for _ in policies]
         self.waiting_s, self.sent_bytes, self.spans, self.ends = [0.0] * d, [0.0] * d, [0] * d, [0.0] * d
@@ -176,6 +192,7 @@ class _Engine:
         orders = [r.order for r in self.results]
         trace_left = self.trace_left
         tracing = any(trace_left)
+        head, tail = self.head, self.tail
         forward_s, recompute_s, backward_s, update_s = [0.0] * d, [0.0] * d, [0.0] * d, [0.0] * d
         waiting_s, sent_bytes, spans, ends = self.waiting_s, self.sent_bytes, self.spans, self.ends
         tasks, uses = [0] * d, [0] * d  # layer uses: hits when resident, misses when swapped
@@ -274,7 +291,7 @@ class _Engine:
                     if free > end:
                         waiting_s[k] += free - end
                         spans[k] += 1
-                if tracing and trace_left[k] > 0:
+                if tracing and (y < head or y >= tail) and trace_left[k] > 0:
                     recomputes = kind is backward and bool(blk.recompute[i])
                     self._trace(k, task, (now, start, mid, end, free), recomputes)
                 tasks[k] += 1
@@ -506,8 +523,9 @@ class _Engine:
             self._trace_span(k, "waiting", "copy", end, free, y)
 
     def _trace_span(self, k: int, category: str, name: str, a: float, b: float, subnet: int) -> None:
-        """One span into stage ``k``'s trace, if its budget lasts (what it drops is counted at the end)."""
-        if self.trace_left[k] <= 0:
+        """One span into stage ``k``'s trace, if its budget lasts and ``subnet`` is in the window (what it
+        drops is counted at the end)."""
+        if self.trace_left[k] <= 0 or self.head <= subnet < self.tail:
             return
         self.trace_left[k] -= 1
         self.results[k].trace.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": k,

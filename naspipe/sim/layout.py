@@ -13,6 +13,7 @@ builds and keeps at all, which with per-subnet partitions includes the mirrored 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from naspipe.profile.costs import position_layer_ids
@@ -49,9 +50,19 @@ def stage_layer_ids(plan: PipelinePlan, stage: int, subnets: int) -> list[int]:
     partition), and with per-subnet partitions every layer one of the first ``subnets`` subnets
     runs there (a mirrored copy). The runtime's :meth:`naspipe.runtime.job.Job.stage_layer_ids`,
     without torch (a test compares them)."""
-    home = {lid for p in plan.partition.positions(stage) for lid in position_layer_ids(plan.structure, p)}
+    return stage_layer_sets(plan, subnets, (stage,))[0]
+
+
+def stage_layer_sets(plan: PipelinePlan, subnets: int, stages: Sequence[int] | None = None) -> list[list[int]]:
+    """:func:`stage_layer_ids` of each of ``stages`` (default: every stage), walking the subnets
+    once for all of them: each subnet's slices are cut once, not once per stage."""
+    wanted = range(plan.num_stages) if stages is None else stages
+    held = [{lid for p in plan.partition.positions(k) for lid in position_layer_ids(plan.structure, p)}
+            for k in wanted]
     if plan.mirrored:
         layout = SubnetLayers(plan)
         for subnet in range(subnets):
-            home.update(layout.all(subnet)[stage])
-    return sorted(home)
+            slices = layout.all(subnet)
+            for home, k in zip(held, wanted, strict=True):
+                home.update(slices[k])
+    return [sorted(home) for home in held]

@@ -39,6 +39,7 @@ class SimSetup:
     trace_max_events: int = 0
     batch: int | str = "config"  # "config": the space's batch_size; "max": the largest that fits; or a number
     cache: CacheConfig | None = None  # the context manager's settings (``cache.*`` config keys)
+    trace_subnets: int = 0  # trace only the first and last N subnets (0: every subnet)
 
 
 def effective_recompute(system: str, configured: bool) -> bool:
@@ -92,7 +93,8 @@ def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object
         batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
-                      residency_for(setup), trace_max_events=setup.trace_max_events)
+                      residency_for(setup), trace_max_events=setup.trace_max_events,
+                      trace_subnets=setup.trace_subnets)
     path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
                         shared_window=setup.options.shared_window)
     memory = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,

@@ -71,6 +71,22 @@ class CostBlock:
     swap: SwapBlock = NO_SWAP  # empty without swapped layers
 
 
+@dataclass(frozen=True, slots=True)
+class BlockArrays:
+    """One block's :class:`CostBlock` entries as ``(BLOCK, D)`` arrays, with the layer rows they came from."""
+
+    layers: np.ndarray  # (BLOCK, positions): the layer each subnet runs at each position
+    stage_of: np.ndarray | None  # per-subnet plans: the stage of each (subnet, position); None: one partition
+    forward: np.ndarray
+    recompute: np.ndarray
+    backward: np.ndarray
+    update: np.ndarray
+    msg_s: np.ndarray
+    msg_bytes: np.ndarray
+    counts: np.ndarray  # layers per (subnet, stage)
+    trainable: np.ndarray  # trainable layers per (subnet, stage)
+
+
 class CostTable:
     """Lazily built :class:`CostBlock` per ``BLOCK`` subnets of one plan, costs and recompute setting.
 
@@ -121,7 +137,7 @@ class CostTable:
             self._evicted.add(oldest)
         return built
 
-    def _layer_matrix(self, index: int) -> np.ndarray:
+    def layer_matrix(self, index: int) -> np.ndarray:
         """Row ``i``: the layer subnet ``index * BLOCK + i`` runs at each position (as SubnetLayers)."""
         stream = self.plan.stream
         first = index * BLOCK
@@ -131,7 +147,7 @@ class CostTable:
         return np.concatenate([np.broadcast_to(self._prefix, (rows, self._prefix.size)), chosen,
                                np.broadcast_to(self._suffix, (rows, self._suffix.size))], axis=1)
 
-    def _stage_of(self, index: int) -> tuple[np.ndarray | None, np.ndarray]:
+    def stage_of(self, index: int) -> tuple[np.ndarray | None, np.ndarray]:
         """Per-subnet plans: ``(stage of every (row, position), last position of every (row, stage))``;
         static plans: ``(None, last position of every stage)`` (one partition for all rows)."""
         if not self.plan.mirrored:
@@ -142,7 +158,7 @@ class CostTable:
         stage_of = (self._positions[None, :, None] >= inner[:, None, :]).sum(axis=2)
         return stage_of, bounds[:, 1:] - 1
 
-    def _stage_sums(self, per_layer: np.ndarray, layers: np.ndarray, stage_of: np.ndarray | None) -> np.ndarray:
+    def stage_sums(self, per_layer: np.ndarray, layers: np.ndarray, stage_of: np.ndarray | None) -> np.ndarray:
         """``(rows, D)``: each stage's per-layer values added in position order, starting from 0.0 (as ``sum``)."""
         values = per_layer[layers]
         rows = layers.shape[0]
@@ -157,26 +173,35 @@ class CostTable:
         return acc
 
     def _build(self, index: int) -> CostBlock:
+        a = self.arrays(index)
+        uses: list[int] = (2 * a.counts + a.trainable).ravel().tolist()
+        swap = NO_SWAP if self._swap_bytes is None else self._swap(a.layers, a.stage_of)
+        return CostBlock(flat(a.forward), flat(a.recompute), flat(a.backward), flat(a.update), flat(a.msg_s),
+                         flat(a.msg_bytes), uses, swap)
+
+    def arrays(self, index: int) -> BlockArrays:
+        """The block's entries as ``(BLOCK, D)`` arrays, before they become the engine's flat lists
+        (for whole-block arithmetic: :func:`naspipe.sim.bound.longest_path`)."""
         costs, d = self.costs, self.stages
-        layers = self._layer_matrix(index)
+        layers = self.layer_matrix(index)
         rows = layers.shape[0]
-        stage_of, last_position = self._stage_of(index)
-        counts = self._stage_sums(self._ones, layers, stage_of).astype(np.int64)
-        trainable = self._stage_sums(self._trainable_ones, layers, stage_of).astype(np.int64)
+        stage_of, last_position = self.stage_of(index)
+        counts = self.stage_sums(self._ones, layers, stage_of).astype(np.int64)
+        trainable = self.stage_sums(self._trainable_ones, layers, stage_of).astype(np.int64)
         if costs.per_task:
             ones = np.ones((rows, d))
             forward, update = ones, np.zeros((rows, d))
             recompute, backward = (ones, ones) if self.recompute else (np.zeros((rows, d)), 2.0 * ones)
         else:
             overhead = costs.hardware.task_overhead_s
-            kernels = self._stage_sums(self._forward, layers, stage_of)
+            kernels = self.stage_sums(self._forward, layers, stage_of)
             if self._stash is None:
                 forward = overhead + kernels
             else:  # forward_s: (overhead + stash) + kernels
-                forward = (overhead + self._stage_sums(self._stash, layers, stage_of)) + kernels
-            update = costs.hardware.update_overhead_s + self._stage_sums(self._update, layers, stage_of)
-            backward = overhead + self._stage_sums(self._backward, layers, stage_of)
-            recompute = self._stage_sums(self._recompute, layers, stage_of) if self.recompute else np.zeros((rows, d))
+                forward = (overhead + self.stage_sums(self._stash, layers, stage_of)) + kernels
+            update = costs.hardware.update_overhead_s + self.stage_sums(self._update, layers, stage_of)
+            backward = overhead + self.stage_sums(self._backward, layers, stage_of)
+            recompute = self.stage_sums(self._recompute, layers, stage_of) if self.recompute else np.zeros((rows, d))
         msg_bytes = np.zeros((rows, d))
         msg_s = np.zeros((rows, d))
         if d > 1:
@@ -187,17 +212,14 @@ class CostTable:
             msg_bytes[:, :-1] = self._out_bytes[boundary] * costs.batch
             if not costs.free_io:
                 msg_s[:, :-1] = self._transfer(msg_bytes[:, :-1])
-        uses: list[int] = (2 * counts + trainable).ravel().tolist()
-        swap = NO_SWAP if self._swap_bytes is None else self._swap(layers, stage_of)
-        return CostBlock(flat(forward), flat(recompute), flat(backward), flat(update), flat(msg_s), flat(msg_bytes),
-                         uses, swap)
+        return BlockArrays(layers, stage_of, forward, recompute, backward, update, msg_s, msg_bytes, counts, trainable)
 
     def _swap(self, layers: np.ndarray, stage_of: np.ndarray | None) -> SwapBlock:
         """SynchronousSwap's ``_bytes`` (the swapped layers' bytes added in order, times the
         copy's multiple) and ``_copy`` (``copy_s``, or 0.0 with free copies), per entry."""
         assert self._swap_bytes is not None
         costs = self.costs
-        params = self._stage_sums(self._swap_bytes, layers, stage_of)
+        params = self.stage_sums(self._swap_bytes, layers, stage_of)
         update_in = params * (2 + costs.optimizer_states)  # parameters, optimizer state, stashed gradient
         update_out = params * (1 + costs.optimizer_states)  # new parameters and state
 
