@@ -33,7 +33,7 @@ import torch.multiprocessing as mp
 from naspipe.config import Config
 from naspipe.determinism import make_deterministic
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime import faults, lifecycle, memory, rundir
+from naspipe.runtime import faults, lifecycle, memory, rundir, runlock
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
@@ -81,31 +81,39 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
         from naspipe.errors import UsageError
 
         raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
+    runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)  # a live run first: name it, whatever else is wrong
     checkpoint, manifest = _resume_point(job, resume)
-    if place is not None:  # every rank is a stage; rank 0 prepares the directory before the rendezvous
-        first = rundir.plan(out_dir, checkpoint, overwrite) if place.rank == 0 else None
-        metrics = run_stage(place, config, rundir.work_of(out_dir), checkpoint, init_method="env://", run=first,
-                            manifest=manifest)
-        return _published(first, metrics)
-    run = rundir.plan(out_dir, checkpoint, overwrite)
-    rundir.prepare(run, checkpoint, manifest)
-    with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
-        if config.stages == 1:
-            return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job))
-        _spawn_stages(config, run.work, checkpoint)
-    metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
-    return _published(run, metrics)
+    lifecycle.die_with_env_process()  # a workflow job ends with its snakemake (NASPIPE_DIE_WITH)
+    work = rundir.work_of(out_dir)
+    if place is not None and place.rank != 0:  # rank 0 prepares the directory before the rendezvous
+        run_stage(place, config, work, checkpoint, init_method="env://", manifest=manifest)
+        return None
+    rundir.plan(out_dir, checkpoint, overwrite)  # every check before the lock file is created
+    with runlock.hold(work, out_dir) as lock:  # one run per DIR.partial, for the life of the run
+        run = rundir.plan(out_dir, checkpoint, overwrite)  # again, now that no other run can change it
+        if place is not None:
+            return _published(run, run_stage(place, config, work, checkpoint, init_method="env://", run=run,
+                                             manifest=manifest))
+        rundir.prepare(run, checkpoint, manifest)
+        with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
+            if config.stages == 1:
+                return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None,
+                                                 job=job))
+            _spawn_stages(config, run.work, checkpoint, lock)
+        metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
+        return _published(run, metrics)
 
 
-def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None) -> None:
-    """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`)."""
+def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock: runlock.HeldLock) -> None:
+    """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`) and hold
+    the run's lock with it, so that the directory stays locked until the last stage has stopped."""
     _preload_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
         line, writer = lifecycle.lifeline([rdzv, mp_util.get_temp_dir()])
         context = None
         try:
-            context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line),
+            context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line, lock),
                                          nprocs=config.stages, join=False, start_method=START_METHOD)
             while not context.join():
                 pass
@@ -154,6 +162,7 @@ def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str,
         return None, None
     config = job.config
     checkpoint = ckpt.find_checkpoint(resume)
+    rundir.refuse_live_source(checkpoint)
     manifest = ckpt.read_manifest(checkpoint)
     ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
     check_bulk_boundary(config, "the resumed step", manifest["step"])
@@ -163,8 +172,8 @@ def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str,
 
 
 def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None, init: str,
-             line: lifecycle.Lifeline) -> None:
-    line.watch(index)
+             line: lifecycle.Lifeline, lock: runlock.HeldLock) -> None:
+    line.watch(index)  # ``lock`` is only held: its descriptor closes when this stage ends
     # Ctrl-C reaches the whole foreground group: the launcher stops the stages itself (SIGTERM),
     # so a stage ignores its own SIGINT instead of dying with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
