@@ -202,6 +202,12 @@ CASES = [
     Case("sim-system", ("simulate", "--system", "nosuch", "--out", "{out}"), "'nosuch'"),
     Case("sim-batch", ("simulate", "--batch", "lots", "--out", "{out}"), "--batch 'lots'"),
     Case("sim-stages", ("simulate", "--stages", "0", "--out", "{out}"), "'stages': 0"),
+    # -- issue 18: checked before DIR.partial is created (the snapshot proves none is left) ----------
+    Case("train-data-missing", ("train", "--space", "nlp.tiny", "--steps", "2", "--set", "space.data={tmp}/nowhere",
+                                "--out", "{out}"), "nowhere: no such directory"),
+    Case("train-data-a-file", ("train", "--space", "nlp.tiny", "--steps", "2", "--set", "space.data={tmp}/f",
+                               "--out", "{out}"), "f: no such directory", write("f", b"x")),
+    Case("train-threads-overflow", train("--set", "threads=100000000000"), "'threads': 100000000000"),
 ]
 
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.

@@ -31,7 +31,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from naspipe.config import Config
-from naspipe.determinism import make_deterministic
+from naspipe.determinism import check_threads, make_deterministic
+from naspipe.errors import UsageError
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime import faults, lifecycle, memory, rundir, runlock
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
@@ -45,6 +46,7 @@ from naspipe.space import make_space
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
 START_METHOD = "forkserver"
+NO_CUDA = "config key 'device': 'cuda' requested but no CUDA device is available"
 
 
 def _preload_forkserver() -> None:
@@ -78,11 +80,10 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
     _check_memory(config, place)
     job = build_job(config)  # validates everything before any process starts or file is written
     if place is not None and place.world != config.stages:
-        from naspipe.errors import UsageError
-
         raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
     runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)  # a live run first: name it, whatever else is wrong
     checkpoint, manifest = _resume_point(job, resume)
+    _check_before_creating(job, place, int(manifest["step"]) if manifest is not None else 0)
     lifecycle.die_with_env_process()  # a workflow job ends with its snakemake (NASPIPE_DIE_WITH)
     work = rundir.work_of(out_dir)
     if place is not None and place.rank != 0:  # rank 0 prepares the directory before the rendezvous
@@ -95,11 +96,15 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
             return _published(run, run_stage(place, config, work, checkpoint, init_method="env://", run=run,
                                              manifest=manifest))
         rundir.prepare(run, checkpoint, manifest)
-        with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
-            if config.stages == 1:
-                return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None,
-                                                 job=job))
-            _spawn_stages(config, run.work, checkpoint, lock)
+        try:
+            with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
+                if config.stages == 1:
+                    return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None,
+                                                     job=job))
+                _spawn_stages(config, run.work, checkpoint, lock)
+        except UsageError:
+            rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
+            raise
         metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
         return _published(run, metrics)
 
@@ -137,6 +142,16 @@ def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: l
                 "status is unknown; no stage reported a failure; the stages were stopped")
     return (f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); "
             "its traceback is above; the other stages were stopped")
+
+
+def _check_before_creating(job: Job, place: Rank | None, start: int) -> None:
+    """What the stages would otherwise find only after ``DIR.partial`` exists: threads, device, the dataset."""
+    config = job.config
+    check_threads(config.threads)
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError(NO_CUDA)
+    if job.space.options.get("data") is not None and start < config.steps:
+        job.space.batch(start, config.seed)  # opens the dataset: a missing or malformed one is a one-line error
 
 
 def _check_memory(config: Config, place: Rank | None) -> None:
@@ -254,9 +269,7 @@ def _stage_device(config: Config, local_rank: int) -> torch.device:
 def pick_device(config: Config, local_rank: int) -> torch.device:
     if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            from naspipe.errors import UsageError
-
-            raise UsageError("config key 'device': 'cuda' requested but no CUDA device is available")
+            raise UsageError(NO_CUDA)
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")

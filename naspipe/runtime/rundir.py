@@ -129,6 +129,14 @@ def _copy_prefix(src: Path, dst: Path, length: int) -> None:
             left -= len(block)
 
 
+def discard_if_empty(run: RunDir) -> None:
+    """Remove a fresh run's working directory that holds no complete checkpoint (nothing to resume)."""
+    if run.in_place or not run.work.is_dir():
+        return
+    if not list((run.work / "checkpoints").glob(f"step-*/{ckpt.MANIFEST}")):
+        shutil.rmtree(run.work, ignore_errors=True)
+
+
 def publish(run: RunDir) -> None:
     """Make the complete working directory ``DIR``: one rename (two when replacing an old ``DIR``)."""
     final = run.final
