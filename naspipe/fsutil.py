@@ -79,3 +79,13 @@ def check_creatable(path: Path, flag: str) -> None:
             pass
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+
+def no_space(where: object) -> str:
+    """The one line for a full disk (ENOSPC), naming the file or directory being written.
+
+    Outputs are written atomically, so a run stopped by it keeps its last complete checkpoint.
+    """
+    place = f" writing {where}" if where else ""
+    return f"no space left on device{place}; free some space and run the command again (an interrupted run " \
+        "resumes with --resume DIR.partial)"

@@ -141,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (``python -m naspipe.gpus``), cheaper to start than the full CLI."""
-    parser = argparse.ArgumentParser(prog="naspipe")
+    from naspipe.cli import OneLineParser
+
+    parser = OneLineParser(prog="naspipe")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["with-gpus", *(sys.argv[1:] if argv is None else argv)])
     try:

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import signal
 import sys
@@ -22,9 +24,10 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import resource_tracker as mp_resource_tracker
 from multiprocessing import util as mp_util
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -33,6 +36,7 @@ import torch.multiprocessing as mp
 from naspipe.config import Config
 from naspipe.determinism import check_threads, make_deterministic
 from naspipe.errors import UsageError
+from naspipe.fsutil import no_space
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime import faults, lifecycle, memory, rundir, runlock
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
@@ -49,8 +53,23 @@ START_METHOD = "forkserver"
 NO_CUDA = "config key 'device': 'cuda' requested but no CUDA device is available"
 
 
-def _preload_forkserver() -> None:
+NO_SPACE_EXIT = 28  # a stage's exit status when its disk is full (ENOSPC): the launcher says so in one line
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver (preloading this module) with SIGINT blocked.
+
+    Ctrl-C reaches the whole foreground group; a forkserver still importing torch died of it
+    with a KeyboardInterrupt traceback in the run's log. The blocked mask is inherited by the
+    server (which then ignores SIGINT itself); a Ctrl-C meanwhile stays pending for the launcher.
+    """
     mp.set_forkserver_preload(["naspipe.runtime.launch"])
+    mp_resource_tracker.ensure_running()  # first: starting it unblocks SIGINT again
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        mp_forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class StageFailed(RuntimeError):
@@ -105,6 +124,10 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
         except UsageError:
             rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
             raise
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC and not exc.filename:  # a full disk under a file object: name the run
+                raise OSError(errno.ENOSPC, exc.strerror, str(run.work)) from None
+            raise
         metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
         return _published(run, metrics)
 
@@ -112,29 +135,32 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
 def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock: runlock.HeldLock) -> None:
     """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`) and hold
     the run's lock with it, so that the directory stays locked until the last stage has stopped."""
-    _preload_forkserver()
+    _start_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
         line, writer = lifecycle.lifeline([rdzv, mp_util.get_temp_dir()])
         context = None
         try:
+            logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say what stopped, once
             context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line, lock),
                                          nprocs=config.stages, join=False, start_method=START_METHOD)
             while not context.join():
                 pass
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             pids = [p.pid for p in context.processes] if context is not None else []
-            raise StageFailed(_failure(exc, pids)) from None
+            raise StageFailed(_failure(exc, pids, work_dir)) from None
         finally:
             if context is not None:
                 lifecycle.stop(p.pid for p in context.processes)
-            writer.close()
+            lifecycle.cut(writer, config.stages)
             line.reader.close()
 
 
-def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int]) -> str:
+def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int], work_dir: Path) -> str:
     """What died: a stage (its traceback is above) or the forkserver the stages were forked from."""
     code = getattr(exc, "exit_code", None)
+    if code == NO_SPACE_EXIT:
+        return f"stage {exc.error_index}: {no_space(work_dir)}"
     server = getattr(getattr(mp_forkserver, "_forkserver", None), "_forkserver_pid", None)
     if code == 255 and (any(lifecycle.alive(p) for p in pids) or (server is not None and not lifecycle.alive(server))):
         # multiprocessing reports 255 for every stage when it loses the forkserver's status pipe
@@ -194,12 +220,20 @@ def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         run_stage(Rank(index, config.stages, index), config, work_dir, checkpoint, init_method=init)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            os._exit(NO_SPACE_EXIT)  # no traceback: the launcher reports it in one line
+        _fail(index)
     except BaseException:
-        # Print this stage's traceback and leave at once: the parent sees the exit code and
-        # terminates the other stages, which may be blocked in a receive from this one.
-        sys.stderr.write(f"naspipe: stage {index} failed:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        os._exit(1)
+        _fail(index)
+
+
+def _fail(index: int) -> NoReturn:
+    """Print this stage's traceback and leave at once: the parent sees the exit code and terminates
+    the other stages, which may be blocked in a receive from this one."""
+    sys.stderr.write(f"naspipe: stage {index} failed:\n{traceback.format_exc()}")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | None, init_method: str | None,

@@ -49,6 +49,7 @@ from types import FrameType
 
 DIE_WITH_ENV = "NASPIPE_DIE_WITH"
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+STOPPING = b"stopping"  # the launcher's only message on a lifeline: it stops the run and reports why
 ORPHANED_EXIT = 3  # a stage's exit status when its launcher went away
 STOP_GRACE_S = 10.0
 
@@ -91,6 +92,16 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def ignore_further_signals() -> None:
+    """Ignore SIGINT and SIGTERM from now on: the process is exiting with the status of the first one.
+
+    Without it a SIGTERM after a Ctrl-C killed the exiting launcher with status 143 under the
+    message of the SIGINT.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 @dataclass(frozen=True)
 class Lifeline:
     """Handed to every spawned stage (pickled; the pipe's read end travels as a duplicated fd)."""
@@ -105,14 +116,25 @@ class Lifeline:
 
     def _wait(self, stage: int) -> None:
         try:
-            self.reader.recv_bytes()  # the launcher never writes: this returns only at EOF
+            told = self.reader.recv_bytes() == STOPPING  # the launcher writes only when it stops the run itself
         except (EOFError, OSError):
-            pass
-        sys.stderr.write(f"naspipe: stage {stage}: the launcher (pid {self.launcher_pid}) is gone; stopping\n")
-        sys.stderr.flush()
+            told = False
+        if not told:  # the launcher vanished (killed): say so; when it stops the run it says why itself
+            sys.stderr.write(f"naspipe: stage {stage}: the launcher (pid {self.launcher_pid}) is gone; stopping\n")
+            sys.stderr.flush()
         for path in self.cleanup:
             shutil.rmtree(path, ignore_errors=True)
         os._exit(ORPHANED_EXIT)
+
+
+def cut(writer: Connection, stages: int) -> None:
+    """Tell ``stages`` watchdogs that the launcher is stopping the run (one message each), then close."""
+    try:
+        for _ in range(stages):
+            writer.send_bytes(STOPPING)
+    except OSError:
+        pass
+    writer.close()
 
 
 def lifeline(cleanup: Iterable[str]) -> tuple[Lifeline, Connection]:
