@@ -285,11 +285,21 @@ def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, che
 
 
 def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]:
+    """Every stage's report on rank 0, as JSON bytes in uint8 tensors (``gather_object`` unpickled
+    whatever a peer sent: code execution for anyone who can reach the rendezvous)."""
     if place.world == 1:
         return [report]
-    gathered: list[StageReport | None] = [None] * place.world if place.rank == 0 else []
-    dist.gather_object(report, gathered if place.rank == 0 else None, dst=0, group=control)
-    return [r for r in gathered if r is not None]
+    data = torch.frombuffer(bytearray(report.to_bytes()), dtype=torch.uint8)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(place.world)]
+    dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64), group=control)
+    longest = int(max(int(s.item()) for s in sizes))
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: data.numel()] = data
+    gathered = [torch.zeros(longest, dtype=torch.uint8) for _ in range(place.world)] if place.rank == 0 else None
+    dist.gather(padded, gathered, dst=0, group=control)
+    if gathered is None:
+        return []
+    return [StageReport.from_bytes(bytes(t[: int(n.item())].numpy())) for t, n in zip(gathered, sizes, strict=True)]
 
 
 def _stage_device(config: Config, local_rank: int) -> torch.device:
