@@ -26,7 +26,6 @@ from naspipe.runtime import lifecycle, runlock
 from tests.conftest import ROOT
 from tests.test_lifecycle import SMALL, complete_checkpoints, wait_until
 
-
 STEPS, EVERY = "600", "20"  # a run of several seconds, checkpointing often
 
 
@@ -67,7 +66,7 @@ def test_two_runs_into_one_out_never_destroy_each_others_data(tmp_path: Path, ca
     assert first.returncode == 0, stderr[-2000:]
     assert json.loads(stdout)["subnets"] == int(STEPS)
     steps = [int(p.name.split("-")[1]) for p in sorted((out / "checkpoints").glob("step-*"))]
-    assert steps == list(range(int(EVERY), int(STEPS) + 1, int(EVERY)))  # every checkpoint of the run is there, none removed under it
+    assert steps == list(range(int(EVERY), int(STEPS) + 1, int(EVERY)))  # every checkpoint is there, none removed
     final = ckpt.find_checkpoint(out)
     manifest = ckpt.read_manifest(final)
     ckpt.verify(final, manifest, [int(n[6:-3]) for n in manifest["files"] if n.startswith("layer-")])
