@@ -103,7 +103,8 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
     runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)  # a live run first: name it, whatever else is wrong
     checkpoint, manifest = _resume_point(job, resume)
     _check_before_creating(job, place, int(manifest["step"]) if manifest is not None else 0)
-    lifecycle.die_with_env_process()  # a workflow job ends with its snakemake (NASPIPE_DIE_WITH)
+    if place is None:  # a local workflow job ends with its snakemake; under srun the pid is another node's
+        lifecycle.die_with_env_process()
     work = rundir.work_of(out_dir)
     if place is not None and place.rank != 0:  # rank 0 prepares the directory before the rendezvous
         run_stage(place, config, work, checkpoint, init_method="env://", manifest=manifest)
