@@ -27,7 +27,7 @@ from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import resource_tracker as mp_resource_tracker
 from multiprocessing import util as mp_util
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import torch
 import torch.distributed as dist
@@ -100,14 +100,16 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
     job = build_job(config)  # validates everything before any process starts or file is written
     if place is not None and place.world != config.stages:
         raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
-    runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)  # a live run first: name it, whatever else is wrong
-    checkpoint, manifest = _resume_point(job, resume)
-    _check_before_creating(job, place, int(manifest["step"]) if manifest is not None else 0)
+    owner = place is None or place.rank == 0  # the process that holds the run's lock and publishes it
+    if owner:  # a live run first: name it, whatever else is wrong
+        runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)
+    checkpoint, manifest = _resume_point(job, resume, check_live=owner)
+    _check_before_creating(job, int(manifest["step"]) if manifest is not None else 0)
     if place is None:  # a local workflow job ends with its snakemake; under srun the pid is another node's
         lifecycle.die_with_env_process()
     work = rundir.work_of(out_dir)
-    if place is not None and place.rank != 0:  # rank 0 prepares the directory before the rendezvous
-        run_stage(place, config, work, checkpoint, init_method="env://", manifest=manifest)
+    if not owner:  # rank 0 prepares the directory before the rendezvous
+        run_stage(cast(Rank, place), config, work, checkpoint, init_method="env://", manifest=manifest)
         return None
     rundir.plan(out_dir, checkpoint, overwrite)  # every check before the lock file is created
     with runlock.hold(work, out_dir) as lock:  # one run per DIR.partial, for the life of the run
@@ -116,21 +118,25 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
             return _published(run, run_stage(place, config, work, checkpoint, init_method="env://", run=run,
                                              manifest=manifest))
         rundir.prepare(run, checkpoint, manifest)
-        try:
-            with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
-                if config.stages == 1:
-                    return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None,
-                                                     job=job))
-                _spawn_stages(config, run.work, checkpoint, lock)
-        except UsageError:
-            rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
-            raise
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC and not exc.filename:  # a full disk under a file object: name the run
-                raise OSError(errno.ENOSPC, exc.strerror, str(run.work)) from None
-            raise
-        metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
-        return _published(run, metrics)
+        return _published(run, _run_locally(job, run, checkpoint, lock))
+
+
+def _run_locally(job: Job, run: RunDir, checkpoint: Path | None, lock: runlock.HeldLock) -> dict[str, Any] | None:
+    """The stages on this machine (in this process for one stage); the metrics once outputs are written."""
+    config = job.config
+    try:
+        with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
+            if config.stages == 1:
+                return run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job)
+            _spawn_stages(config, run.work, checkpoint, lock)
+    except UsageError:
+        rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC and not exc.filename:  # a full disk under a file object: name the run
+            raise OSError(errno.ENOSPC, exc.strerror, str(run.work)) from None
+        raise
+    return cast(dict[str, Any], json.loads((run.work / "metrics.json").read_text(encoding="utf-8")))
 
 
 def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock: runlock.HeldLock) -> None:
@@ -171,7 +177,7 @@ def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: l
             "its traceback is above; the other stages were stopped")
 
 
-def _check_before_creating(job: Job, place: Rank | None, start: int) -> None:
+def _check_before_creating(job: Job, start: int) -> None:
     """What the stages would otherwise find only after ``DIR.partial`` exists: threads, device, the dataset."""
     config = job.config
     check_threads(config.threads)
@@ -198,13 +204,17 @@ def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, 
     return metrics
 
 
-def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str, Any] | None]:
-    """The checkpoint to resume and its manifest, fully verified (hashes, logs) before any stage starts."""
+def _resume_point(job: Job, resume: Path | None, check_live: bool) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint to resume and its manifest, fully verified (hashes, logs) before any stage starts.
+
+    ``check_live``: refuse a checkpoint of a run still training (not on the ranks that do not own the lock:
+    under torchrun their rank 0 may already hold it)."""
     if resume is None:
         return None, None
     config = job.config
     checkpoint = ckpt.find_checkpoint(resume)
-    rundir.refuse_live_source(checkpoint)
+    if check_live:
+        rundir.refuse_live_source(checkpoint)
     manifest = ckpt.read_manifest(checkpoint)
     ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
     check_bulk_boundary(config, "the resumed step", manifest["step"])
