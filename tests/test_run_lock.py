@@ -26,7 +26,7 @@ from naspipe.runtime import lifecycle, runlock
 from tests.conftest import ROOT
 from tests.test_lifecycle import SMALL, complete_checkpoints, wait_until
 
-STEPS, EVERY = "600", "20"  # a run of several seconds, checkpointing often
+STEPS, EVERY = "2000", "50"  # a run of tens of seconds, checkpointing often
 
 
 def test_the_lock_names_its_holder_and_is_removed_when_released(tmp_path: Path) -> None:
@@ -46,6 +46,8 @@ def test_the_lock_names_its_holder_and_is_removed_when_released(tmp_path: Path) 
 
 
 def test_two_runs_into_one_out_never_destroy_each_others_data(tmp_path: Path, capsys) -> None:
+    import naspipe.runtime.launch  # noqa: F401  (imported now, so the racing attempts below take well under a second)
+
     out = tmp_path / "run"
     first_args = ["train", "--stages", "2", "--steps", STEPS, "--checkpoint-every", EVERY, "--set",
                   "keep_checkpoints=100", "--out", str(out), *SMALL]
