@@ -42,7 +42,7 @@ def holder(work: Path) -> int | None:
     """
     try:
         fd = os.open(lock_path(work), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except OSError:  # missing, under a file, unreadable: no run can hold it (the --out checks say what is wrong)
         return None
     try:
         try:
