@@ -17,16 +17,23 @@ The module provides ``add_parser(sub) -> argparse.ArgumentParser`` (it calls
 ``sub.add_parser(NAME, ...)`` and adds its arguments) and ``run(args) -> int`` (the exit
 status); other function names can be given as ``Command(module, help, add=..., run=...)``.
 Bad input is reported by raising :class:`naspipe.errors.UsageError`: :func:`main` is the
-one place that turns it into ``naspipe: error: ...`` and exit status 2.
+one place that turns it into ``naspipe: error: ...`` and exit status 2. Argument errors found
+by argparse itself (``--steps ten``, an invalid choice) get the same one line, without the
+usage text: every sub-parser is a :class:`OneLineParser`, because ``add_subparsers`` builds
+sub-parsers of its parent's class. A closed pipe (``naspipe compare a b | head -1``), Ctrl-C
+and a full disk end the command with one line (or none for the pipe) instead of a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple, NoReturn, cast
 
 from naspipe.errors import UsageError
 
@@ -66,6 +73,13 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line, ``naspipe: error: ...``, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"naspipe: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``command``'s module is imported to build its sub-parser.
 
@@ -73,7 +87,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     top-level ``--help`` and the "invalid choice" message.
     """
     doc = __doc__ or "naspipe"
-    parser = argparse.ArgumentParser(prog="naspipe", description=doc.splitlines()[0])
+    parser = OneLineParser(prog="naspipe", description=doc.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, entry in COMMANDS.items():
         if name == command:
@@ -98,6 +112,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _closed_pipe()
+    except KeyboardInterrupt:
+        from naspipe.runtime.lifecycle import ignore_further_signals
+
+        ignore_further_signals()  # exiting: a second signal must not change the status
+        print("naspipe: error: interrupted by SIGINT", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        from naspipe.fsutil import no_space
+
+        print(f"naspipe: error: {no_space(exc.filename)}", file=sys.stderr)
+        return 1
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, like a Unix tool killed by SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

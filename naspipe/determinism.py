@@ -11,6 +11,19 @@ import os
 
 import torch
 
+from naspipe.errors import UsageError
+
+# More intra-op threads than any node has cores: beyond this torch overflows (a C int) or tries
+# to start an absurd thread pool, so the value is refused before anything is created.
+MAX_THREADS = 1024
+
+
+def check_threads(threads: int) -> None:
+    """UsageError naming config key ``threads`` unless torch can use that many intra-op threads."""
+    if not 1 <= threads <= MAX_THREADS:
+        raise UsageError(f"config key 'threads': {threads} is out of range (1 to {MAX_THREADS} intra-op threads "
+                         "per stage)")
+
 
 def make_deterministic(threads: int, device: torch.device) -> None:
     """Fixed intra-op threads, deterministic kernels; on CUDA also TF32 off.
@@ -18,6 +31,7 @@ def make_deterministic(threads: int, device: torch.device) -> None:
     ``CUBLAS_WORKSPACE_CONFIG`` must be set before the first cuBLAS call for deterministic
     matrix products; a value the user already exported is kept.
     """
+    check_threads(threads)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)

@@ -12,11 +12,40 @@ from typing import IO, Any
 from naspipe.errors import UsageError
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic set-and-restore
+    os.umask(mask)
+    return mask
+
+
+def temp_dir_beside(out: Path, suffix: str) -> Path:
+    """A new hidden directory next to ``out`` with the permissions ``mkdir`` would give (the umask's).
+
+    ``tempfile.mkdtemp`` creates 0700, which a rename then published as the output: collaborators
+    on a cluster could not read results. Only the name is random here, not the mode.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=suffix, dir=out.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())
+    return tmp
+
+
 def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:
-    """Write through ``write(fileobj)`` into a temp file beside ``path``, fsync, then rename."""
+    """Write through ``write(fileobj)`` into a temp file beside ``path``, fsync, then rename.
+
+    The file gets the mode a plain ``open`` would give (0666 less the umask), not ``mkstemp``'s 0600.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         f: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
         with f:
             write(f)
@@ -79,3 +108,13 @@ def check_creatable(path: Path, flag: str) -> None:
             pass
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+
+def no_space(where: object) -> str:
+    """The one line for a full disk (ENOSPC), naming the file or directory being written.
+
+    Outputs are written atomically, so a run stopped by it keeps its last complete checkpoint.
+    """
+    place = f" writing {where}" if where else ""
+    return f"no space left on device{place}; free some space and run the command again (an interrupted run " \
+        "resumes with --resume DIR.partial)"

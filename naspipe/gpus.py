@@ -20,6 +20,7 @@ import fcntl
 import getpass
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -47,9 +48,31 @@ def default_lock_dir() -> Path:
     """Per user; per SLURM job under SLURM, whose device ids are relative to the job's allocation."""
     if os.environ.get(LOCK_DIR_ENV):
         return Path(os.environ[LOCK_DIR_ENV])
-    base = Path(tempfile.gettempdir()) / f"naspipe-gpu-locks-{getpass.getuser()}"
+    base = _private_base()
     job = os.environ.get("SLURM_JOB_ID")
     return base / f"slurm-{job}" if job else base
+
+
+def _private_base() -> Path:
+    """``$TMPDIR/naspipe-gpu-locks-USER``, created 0700 and refused unless this user owns it.
+
+    The name is predictable in a shared temp directory: another user could create it first (or
+    a symlink by that name) and hold or replace the lock files; so the directory must be a real
+    directory owned by this user, or the claim stops with one line naming it and its owner.
+    """
+    base = Path(tempfile.gettempdir()) / f"naspipe-gpu-locks-{getpass.getuser()}"
+    try:
+        base.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UsageError(f"with-gpus: cannot create the lock directory {base} ({exc.strerror or exc})") from None
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        what = "directory" if stat.S_ISDIR(info.st_mode) else "non-directory (e.g. a symlink)"
+        raise UsageError(f"with-gpus: the lock directory {base} is a {what} owned by uid {info.st_uid}, not by you "
+                         f"(uid {os.getuid()}); remove it or set {LOCK_DIR_ENV}")
+    return base
 
 
 def try_claim(count: int, devices: Sequence[str], lock_dir: Path) -> dict[str, int] | None:
@@ -105,7 +128,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("count", type=int, metavar="N", help="GPUs to claim (0: run with no GPU visible)")
     p.add_argument("--devices", help="comma-separated device ids to choose from (default: CUDA_VISIBLE_DEVICES or all)")
     p.add_argument(
-        "--lock-dir", type=Path, help=f"lock file directory (default: ${LOCK_DIR_ENV} or a per-user tmp dir)"
+        "--lock-dir", type=Path, help=f"lock file directory (default: ${LOCK_DIR_ENV} or a per-user tmp dir, "
+        "which must be owned by you; a directory you name may be shared on purpose and is not checked)"
     )
     p.add_argument("--timeout", type=float, help="seconds to wait for free devices (default: forever)")
     p.add_argument(
@@ -141,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (``python -m naspipe.gpus``), cheaper to start than the full CLI."""
-    parser = argparse.ArgumentParser(prog="naspipe")
+    from naspipe.cli import OneLineParser
+
+    parser = OneLineParser(prog="naspipe")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["with-gpus", *(sys.argv[1:] if argv is None else argv)])
     try:

@@ -275,6 +275,12 @@ CASES += [
          write("c.yaml", b"seed: 1\nsteps: 4\nseed: 2\n")),
     Case("sim-hardware-duplicate-key", ("simulate", "--hardware", "{tmp}/hw.yaml", "--out", "{out}"),
          "duplicate key 'hosts'", write("hw.yaml", SHIPPED_HW + b"hosts: 2\n")),
+    # -- issue 18: checked before DIR.partial is created (the snapshot proves none is left) ----------
+    Case("train-data-missing", ("train", "--space", "nlp.tiny", "--steps", "2", "--set", "space.data={tmp}/nowhere",
+                                "--out", "{out}"), "nowhere: no such directory"),
+    Case("train-data-a-file", ("train", "--space", "nlp.tiny", "--steps", "2", "--set", "space.data={tmp}/f",
+                               "--out", "{out}"), "f: no such directory", write("f", b"x")),
+    Case("train-threads-overflow", train("--set", "threads=100000000000"), "'threads': 100000000000"),
 ]
 
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.

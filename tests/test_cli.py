@@ -92,3 +92,52 @@ def test_unknown_command_is_a_usage_exit(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as info:
         cli.main(["trian"])
     assert info.value.code == 2 and "invalid choice: 'trian'" in capsys.readouterr().err
+
+
+ARGPARSE_ERRORS = [  # issue 18.8: each printed its usage text plus the error (2 to 7 lines)
+    (["train", "--steps", "ten", "--out", "x"], "argument --steps: invalid int value: 'ten'"),
+    (["simulate", "--partition-by", "bogus"], "argument --partition-by: invalid choice: 'bogus'"),
+    (["prepare", "wmt", "--vocab-size", "0"], "--vocab-size"),
+    (["prepare", "synthetic-translation", "--pairs", "0"], "--pairs"),
+    (["prepare", "synthetic-images", "--per-class", "0"], "--per-class"),
+    (["prepare", "synthetic-images", "--size", "-1"], "--size"),
+    (["with-gpus", "1.5"], "argument N: invalid int value: '1.5'"),
+    (["with-gpus", "abc"], "argument N: invalid int value: 'abc'"),
+    ([], "the following arguments are required: COMMAND"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expect"), ARGPARSE_ERRORS, ids=[" ".join(a) or "none" for a, _ in ARGPARSE_ERRORS])
+def test_argument_errors_are_one_line_exit_2(argv: list[str], expect: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("naspipe: error: ") and expect in err, err
+
+
+def test_a_closed_stdout_pipe_ends_quietly(tmp_path) -> None:
+    """``naspipe compare a b | head -1``: the reader is gone before the verdict is printed (issue 18.8)."""
+    run = tmp_path / "run"
+    assert cli.main(["train", "--steps", "2", "--set", "space.blocks=2", "--set", "progress=off", "--out",
+                     str(run)]) == 0
+    reader = subprocess.Popen([sys.executable, "-m", "naspipe", "compare", str(run), str(run)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.close()  # like `head` after its line
+    err = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) == 141, err  # 128 + SIGPIPE, as a Unix tool killed by it
+    assert err == "", err
+
+
+def test_a_full_disk_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    def full(args: argparse.Namespace) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/run.partial/losses.csv")
+
+    monkeypatch.setattr(cli, "_runner", lambda command: full)
+    assert cli.main(["compare", "a", "b"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and "no space left on device writing /data/run.partial/losses.csv" in err[0]

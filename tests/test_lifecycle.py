@@ -223,3 +223,34 @@ def test_a_signal_in_the_launcher_becomes_an_exit_status():
     assert caught.value.exit_code == 130
     assert "SIGINT" in str(caught.value)
     assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def forkserver_in(pgid: int) -> bool:
+    """Whether the multiprocessing forkserver of the run in group ``pgid`` has started."""
+    for pid in group_members(pgid):
+        try:
+            if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_ctrl_c_then_sigterm_reports_sigint_without_a_traceback(tmp_path, short_tmp):
+    """Ctrl-C (SIGINT to the whole group) while the forkserver still imports torch, then SIGTERM to the
+    launcher: exit 130 naming SIGINT, no KeyboardInterrupt traceback from the forkserver (issue 18.8, 18.9)."""
+    out = tmp_path / "run"
+    launcher = start_long_run(out, short_tmp / "tmp")
+    try:
+        wait_until(lambda: forkserver_in(launcher.pid) or launcher.poll() is not None, 120, "the forkserver")
+        os.killpg(launcher.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.kill(launcher.pid, signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+        wait_until(partial(group_gone, launcher.pid), 60, "every process of the run to exit")
+    finally:
+        for pid in group_members(launcher.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert launcher.returncode == 128 + signal.SIGINT, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("naspipe: error: interrupted by SIGINT"), stderr

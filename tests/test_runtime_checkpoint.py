@@ -269,3 +269,42 @@ def test_losses_logged_out_of_order_come_out_sorted(tmp_path):
     log = tmp_path / "losses.log"
     log.write_text("".join(f"{y},{float.hex(y / 4)}\n" for y in (0, 2, 1, 3, 6, 4, 5)))
     assert [y for y, _ in _losses_in_order(log)] == list(range(7))
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 300 KiB tmpfs (needs root: skipped elsewhere), grown to 64 MiB by calling the fixture's value."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(disk)],
+                                           capture_output=True, check=False).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+
+    yield disk, grow
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_the_run_resumes_bitwise(small_disk, tmp_path: Path) -> None:
+    """ENOSPC in a stage: one line "no space left on ...", exit 1; the run resumes from DIR.partial (issue 18.8)."""
+    from tests.conftest import run_cli
+
+    disk, grow = small_disk
+    args = ["train", "--stages", "2", "--steps", "200", "--checkpoint-every", "4", "--set", "keep_checkpoints=100",
+            *TOY]
+    full = run_cli(*args, "--out", str(disk / "run"))
+    lines = full.stderr.strip().splitlines()
+    assert full.returncode == 1 and len(lines) == 1, full.stderr
+    assert lines[0].startswith("naspipe: error: stage ") and "no space left on device" in lines[0], lines[0]
+    assert not (disk / "run").exists() and ckpt.find_checkpoint(disk / "run.partial")
+    grow()
+    resumed = run_cli(*args, "--resume", str(disk / "run.partial"), "--out", str(disk / "run"))
+    assert resumed.returncode == 0, resumed.stderr
+    reference = run_cli(*args, "--out", str(tmp_path / "reference"))
+    assert reference.returncode == 0, reference.stderr
+    for name in ("losses.csv", "weights.sha256", "layer_hashes.csv"):  # a shared layer's access order may interleave
+        assert (tmp_path / "reference" / name).read_bytes() == (disk / "run" / name).read_bytes(), name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import torch
 
@@ -73,3 +74,53 @@ def test_a_crashing_stage_stops_every_process_and_keeps_the_checkpoint_resumable
     assert result.returncode == 0, result.stderr
     assert not work.exists()
     assert_same_bytes(train(tmp_path / "straight", "csp", 1, 0, steps=12), out)
+
+
+def resume(tmp_path, source, system: str, stages: int, steps: int, *extra: str, out: str = "resumed"):
+    return run_cli("train", "--system", system, "--stages", str(stages), "--steps", str(steps), "--seed", "0",
+                   "--resume", str(source), "--out", str(tmp_path / out), *SMALL, *extra)
+
+
+def assert_refused(result, *names: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert all(name in lines[0] for name in names), lines[0]
+
+
+def test_bsp_resumes_only_at_its_own_bulk_size(tmp_path):
+    """GPipe's numbers depend on the bulk (0 means --stages): another bulk would train a hybrid (issue 18.1)."""
+    part = train(tmp_path / "part", "gpipe", 2, 0, "--checkpoint-every", "4", steps=4)
+    assert_refused(resume(tmp_path, part, "gpipe", 4, 8), "'gpipe'", "bulk_size", "= 2 in the checkpoint but 4")
+    assert not (tmp_path / "resumed").exists() and not (tmp_path / "resumed.partial").exists()
+    full = train(tmp_path / "full", "gpipe", 2, 0, steps=8)
+    same_bulk = resume(tmp_path, part, "gpipe", 4, 8, "--set", "bulk_size=2")  # another D, the same numbers
+    assert same_bulk.returncode == 0, same_bulk.stderr
+    assert_identical(full, tmp_path / "resumed")
+
+
+def test_asp_resumes_only_with_its_own_pipeline_and_drain_points(tmp_path):
+    """PipeDream's updates land as backwards finish: stages and drain points decide its numbers (issue 18.1)."""
+    part = train(tmp_path / "part", "pipedream", 2, 0, "--checkpoint-every", "3", steps=6)
+    assert_refused(resume(tmp_path, part, "pipedream", 3, 9, "--checkpoint-every", "3"), "'pipedream'", "stages")
+    assert_refused(resume(tmp_path, part, "pipedream", 2, 9), "checkpoint_every")
+    ended = train(tmp_path / "ended", "pipedream", 2, 0, "--checkpoint-every", "4", steps=6)  # final step 6: no drain
+    assert_refused(resume(tmp_path, ended, "pipedream", 2, 8, "--checkpoint-every", "4"), "drains its pipeline")
+    full = train(tmp_path / "full", "pipedream", 2, 0, "--checkpoint-every", "3", steps=9)
+    same = resume(tmp_path, part, "pipedream", 2, 9, "--checkpoint-every", "3")
+    assert same.returncode == 0, same.stderr
+    assert_identical(full, tmp_path / "resumed")
+
+
+def test_a_run_killed_after_its_final_checkpoint_is_finished_bitwise(tmp_path):
+    """``--resume DIR.partial`` with the run's own --steps assembles and publishes the outputs (issue 18.5)."""
+    full = train(tmp_path / "full", "csp", 2, 0, "--checkpoint-every", "4", steps=8)
+    partial = tmp_path / "run.partial"
+    shutil.copytree(full, partial)
+    for name in ("losses.csv", "weights.sha256", "layer_hashes.csv", "access_order.csv", "trace.json", "metrics.json"):
+        (partial / name).unlink()  # as if killed between the final checkpoint and the outputs
+    result = resume(tmp_path, partial, "csp", 2, 8, out="run")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["subnets"] == 8
+    assert not partial.exists()
+    assert_identical(full, tmp_path / "run")
+    assert_same_bytes(full, tmp_path / "run")

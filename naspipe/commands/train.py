@@ -56,7 +56,7 @@ def _subnet_choices(path: Path | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from naspipe.runtime.launch import StageFailed, train
-    from naspipe.runtime.lifecycle import Interrupted
+    from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
 
     config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
     try:
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:
+        ignore_further_signals()  # a SIGTERM after the Ctrl-C must not turn this exit into 143
         print(f"naspipe: error: {exc}; the stages were stopped and nothing was published "
               "(a complete checkpoint, if any, can be resumed with --resume)", file=sys.stderr)
         return exc.exit_code

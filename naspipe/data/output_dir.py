@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from naspipe.fsutil import temp_dir_beside
 
 from .errors import DataError
 from .meta import META_NAME as MARKER
@@ -42,7 +43,7 @@ def atomic_output_dir(out_dir: Path | str) -> Iterator[Path]:
     out = Path(out_dir)
     check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temp_dir_beside(out, ".tmp")
     try:
         yield tmp
         _swap_into_place(tmp, out)
@@ -56,7 +57,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     if not out.exists():
         os.rename(tmp, out)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+    old = temp_dir_beside(out, ".old")
     os.rmdir(old)
     os.rename(out, old)
     os.rename(tmp, out)

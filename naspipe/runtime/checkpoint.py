@@ -41,11 +41,13 @@ import torch
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
 from naspipe.runtime.windowed import SharedWindows, split_state
+from naspipe.scheduling.policies import POLICIES
 
 MANIFEST = "manifest.json"
 FORMAT = 2
-# Keys that change numerics: a resumed run must match the checkpoint on these.
-MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "bulk_size", "subnet")
+# Keys that change every system's numerics: a resumed run must match the checkpoint on these (and on
+# what its own system's numbers depend on: :func:`numerics_settings`, e.g. the effective bulk size).
+MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet")
 _STEP_DIR = re.compile(r"step-(\d{8})$")
 _HEX64 = re.compile(r"[0-9a-f]{64}$")
 
@@ -175,6 +177,10 @@ def verify(checkpoint: Path, manifest: dict[str, Any], layers: list[int]) -> Non
 
 
 def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
+    """The resumed run computes what the checkpointed one would have: same settings, steps not behind it.
+
+    ``--steps`` equal to the checkpoint's step finishes a run killed after its final checkpoint.
+    """
     saved = manifest["config"]
     for key in MUST_MATCH:
         if _normal(saved.get(key)) != _normal(config.get(key)):
@@ -183,9 +189,52 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
     if config.get("shared_policy") == "windowed" and saved.get("shared_window") != config.get("shared_window"):
         raise UsageError(f"--resume {checkpoint}: config key 'shared_window' is {config.get('shared_window')!r}, "
                          f"checkpoint has {saved.get('shared_window')!r}")
-    if config["steps"] <= manifest["step"]:
+    _check_system_numerics(saved, config, checkpoint)
+    if config["steps"] < manifest["step"]:
         raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's "
                          f"step {manifest['step']}")
+    if config["steps"] > manifest["step"]:
+        _check_drain(config, int(manifest["step"]), checkpoint)
+
+
+def numerics_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What a system's numbers depend on beyond :data:`MUST_MATCH`, by the name a user sets it with.
+
+    CSP-family systems (and sequential) compute sequential training at any stage count: nothing
+    more. BSP (gpipe, vpipe) reads one parameter version per bulk: the effective bulk size.
+    ASP (pipedream, the weight-stashing policy) applies updates as backwards finish, so the
+    pipeline's shape decides the numbers: stages, in-flight limit, partition and drain points.
+    """
+    policy = POLICIES.get(str(config.get("system")))
+    stages = config.get("stages")
+    if policy is None:
+        return {}
+    if policy.bulk_synchronous:
+        return {"bulk_size (0 means --stages)": config.get("bulk_size") or stages}
+    if not policy.stash_weights:
+        return {}
+    return {"stages": stages, "max_inflight (0 means 2 x stages)": config.get("max_inflight") or 2 * int(stages or 0),
+            "checkpoint_every": config.get("checkpoint_every"), "partition_costs": config.get("partition_costs"),
+            "partition_file": config.get("partition_file"), "partition_mode": config.get("partition_mode")}
+
+
+def _check_system_numerics(saved: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
+    theirs, ours = numerics_settings(saved), numerics_settings(config)
+    for name, value in ours.items():
+        if _normal(theirs.get(name)) != _normal(value):
+            raise UsageError(f"--resume {checkpoint}: system {config['system']!r} computes with {name} = "
+                             f"{theirs.get(name)!r} in the checkpoint but {value!r} here; resuming would train a "
+                             "hybrid of the two runs (only csp-family systems may resume at another setting)")
+
+
+def _check_drain(config: dict[str, Any], step: int, checkpoint: Path) -> None:
+    """ASP: a resume drains the pipeline at its step; only a drain the run makes anyway keeps its numbers."""
+    policy = POLICIES.get(str(config.get("system")))
+    every = int(config.get("checkpoint_every") or 0)
+    if policy is not None and policy.stash_weights and not policy.bulk_synchronous and (not every or step % every):
+        raise UsageError(f"--resume {checkpoint}: system {config['system']!r} drains its pipeline at the resumed "
+                         f"step {step}, which checkpoint_every {every} does not (pipedream's numbers depend on "
+                         "where it drains); extend only from a checkpoint at a multiple of checkpoint_every")
 
 
 # -- loading ------------------------------------------------------------------

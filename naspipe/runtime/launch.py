@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import signal
 import sys
@@ -22,18 +24,21 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import resource_tracker as mp_resource_tracker
 from multiprocessing import util as mp_util
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from naspipe.config import Config
-from naspipe.determinism import make_deterministic
+from naspipe.determinism import check_threads, make_deterministic
+from naspipe.errors import UsageError
+from naspipe.fsutil import no_space
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime import faults, lifecycle, memory, rundir
+from naspipe.runtime import faults, lifecycle, memory, rundir, runlock
 from naspipe.runtime.job import Job, build_job, check_bulk_boundary
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
@@ -45,10 +50,26 @@ from naspipe.space import make_space
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
 START_METHOD = "forkserver"
+NO_CUDA = "config key 'device': 'cuda' requested but no CUDA device is available"
 
 
-def _preload_forkserver() -> None:
+NO_SPACE_EXIT = 28  # a stage's exit status when its disk is full (ENOSPC): the launcher says so in one line
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver (preloading this module) with SIGINT blocked.
+
+    Ctrl-C reaches the whole foreground group; a forkserver still importing torch died of it
+    with a KeyboardInterrupt traceback in the run's log. The blocked mask is inherited by the
+    server (which then ignores SIGINT itself); a Ctrl-C meanwhile stays pending for the launcher.
+    """
     mp.set_forkserver_preload(["naspipe.runtime.launch"])
+    mp_resource_tracker.ensure_running()  # first: starting it unblocks SIGINT again
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        mp_forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class StageFailed(RuntimeError):
@@ -78,50 +99,75 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
     _check_memory(config, place)
     job = build_job(config)  # validates everything before any process starts or file is written
     if place is not None and place.world != config.stages:
-        from naspipe.errors import UsageError
-
         raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
-    checkpoint, manifest = _resume_point(job, resume)
-    if place is not None:  # every rank is a stage; rank 0 prepares the directory before the rendezvous
-        first = rundir.plan(out_dir, checkpoint, overwrite) if place.rank == 0 else None
-        metrics = run_stage(place, config, rundir.work_of(out_dir), checkpoint, init_method="env://", run=first,
-                            manifest=manifest)
-        return _published(first, metrics)
-    run = rundir.plan(out_dir, checkpoint, overwrite)
-    rundir.prepare(run, checkpoint, manifest)
-    with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
-        if config.stages == 1:
-            return _published(run, run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job))
-        _spawn_stages(config, run.work, checkpoint)
-    metrics = json.loads((run.work / "metrics.json").read_text(encoding="utf-8"))
-    return _published(run, metrics)
+    owner = place is None or place.rank == 0  # the process that holds the run's lock and publishes it
+    if owner:  # a live run first: name it, whatever else is wrong
+        runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)
+    checkpoint, manifest = _resume_point(job, resume, check_live=owner)
+    _check_before_creating(job, int(manifest["step"]) if manifest is not None else 0)
+    if place is None:  # a local workflow job ends with its snakemake; under srun the pid is another node's
+        lifecycle.die_with_env_process()
+    work = rundir.work_of(out_dir)
+    if not owner:  # rank 0 prepares the directory before the rendezvous
+        run_stage(cast(Rank, place), config, work, checkpoint, init_method="env://", manifest=manifest)
+        return None
+    rundir.plan(out_dir, checkpoint, overwrite)  # every check before the lock file is created
+    with runlock.hold(work, out_dir) as lock:  # one run per DIR.partial, for the life of the run
+        run = rundir.plan(out_dir, checkpoint, overwrite)  # again, now that no other run can change it
+        if place is not None:
+            return _published(run, run_stage(place, config, work, checkpoint, init_method="env://", run=run,
+                                             manifest=manifest))
+        rundir.prepare(run, checkpoint, manifest)
+        return _published(run, _run_locally(job, run, checkpoint, lock))
 
 
-def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None) -> None:
-    """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`)."""
-    _preload_forkserver()
+def _run_locally(job: Job, run: RunDir, checkpoint: Path | None, lock: runlock.HeldLock) -> dict[str, Any] | None:
+    """The stages on this machine (in this process for one stage); the metrics once outputs are written."""
+    config = job.config
+    try:
+        with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
+            if config.stages == 1:
+                return run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job)
+            _spawn_stages(config, run.work, checkpoint, lock)
+    except UsageError:
+        rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC and not exc.filename:  # a full disk under a file object: name the run
+            raise OSError(errno.ENOSPC, exc.strerror, str(run.work)) from None
+        raise
+    return cast(dict[str, Any], json.loads((run.work / "metrics.json").read_text(encoding="utf-8")))
+
+
+def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock: runlock.HeldLock) -> None:
+    """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`) and hold
+    the run's lock with it, so that the directory stays locked until the last stage has stopped."""
+    _start_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
         line, writer = lifecycle.lifeline([rdzv, mp_util.get_temp_dir()])
         context = None
         try:
-            context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line),
+            logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say what stopped, once
+            context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line, lock),
                                          nprocs=config.stages, join=False, start_method=START_METHOD)
             while not context.join():
                 pass
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             pids = [p.pid for p in context.processes] if context is not None else []
-            raise StageFailed(_failure(exc, pids)) from None
+            raise StageFailed(_failure(exc, pids, work_dir)) from None
         finally:
             if context is not None:
                 lifecycle.stop(p.pid for p in context.processes)
-            writer.close()
+            lifecycle.cut(writer, config.stages)
             line.reader.close()
 
 
-def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int]) -> str:
+def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int], work_dir: Path) -> str:
     """What died: a stage (its traceback is above) or the forkserver the stages were forked from."""
     code = getattr(exc, "exit_code", None)
+    if code == NO_SPACE_EXIT:
+        return f"stage {exc.error_index}: {no_space(work_dir)}"
     server = getattr(getattr(mp_forkserver, "_forkserver", None), "_forkserver_pid", None)
     if code == 255 and (any(lifecycle.alive(p) for p in pids) or (server is not None and not lifecycle.alive(server))):
         # multiprocessing reports 255 for every stage when it loses the forkserver's status pipe
@@ -129,6 +175,16 @@ def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: l
                 "status is unknown; no stage reported a failure; the stages were stopped")
     return (f"stage {exc.error_index} failed (exit code {code if code is not None else '?'}); "
             "its traceback is above; the other stages were stopped")
+
+
+def _check_before_creating(job: Job, start: int) -> None:
+    """What the stages would otherwise find only after ``DIR.partial`` exists: threads, device, the dataset."""
+    config = job.config
+    check_threads(config.threads)
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError(NO_CUDA)
+    if job.space.options.get("data") is not None and start < config.steps:
+        job.space.batch(start, config.seed)  # opens the dataset: a missing or malformed one is a one-line error
 
 
 def _check_memory(config: Config, place: Rank | None) -> None:
@@ -148,12 +204,17 @@ def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, 
     return metrics
 
 
-def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str, Any] | None]:
-    """The checkpoint to resume and its manifest, fully verified (hashes, logs) before any stage starts."""
+def _resume_point(job: Job, resume: Path | None, check_live: bool) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint to resume and its manifest, fully verified (hashes, logs) before any stage starts.
+
+    ``check_live``: refuse a checkpoint of a run still training (not on the ranks that do not own the lock:
+    under torchrun their rank 0 may already hold it)."""
     if resume is None:
         return None, None
     config = job.config
     checkpoint = ckpt.find_checkpoint(resume)
+    if check_live:
+        rundir.refuse_live_source(checkpoint)
     manifest = ckpt.read_manifest(checkpoint)
     ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
     check_bulk_boundary(config, "the resumed step", manifest["step"])
@@ -163,19 +224,27 @@ def _resume_point(job: Job, resume: Path | None) -> tuple[Path | None, dict[str,
 
 
 def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None, init: str,
-             line: lifecycle.Lifeline) -> None:
-    line.watch(index)
+             line: lifecycle.Lifeline, lock: runlock.HeldLock) -> None:
+    line.watch(index)  # ``lock`` is only held: its descriptor closes when this stage ends
     # Ctrl-C reaches the whole foreground group: the launcher stops the stages itself (SIGTERM),
     # so a stage ignores its own SIGINT instead of dying with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         run_stage(Rank(index, config.stages, index), config, work_dir, checkpoint, init_method=init)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            os._exit(NO_SPACE_EXIT)  # no traceback: the launcher reports it in one line
+        _fail(index)
     except BaseException:
-        # Print this stage's traceback and leave at once: the parent sees the exit code and
-        # terminates the other stages, which may be blocked in a receive from this one.
-        sys.stderr.write(f"naspipe: stage {index} failed:\n{traceback.format_exc()}")
-        sys.stderr.flush()
-        os._exit(1)
+        _fail(index)
+
+
+def _fail(index: int) -> NoReturn:
+    """Print this stage's traceback and leave at once: the parent sees the exit code and terminates
+    the other stages, which may be blocked in a receive from this one."""
+    sys.stderr.write(f"naspipe: stage {index} failed:\n{traceback.format_exc()}")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | None, init_method: str | None,
@@ -228,11 +297,21 @@ def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, che
 
 
 def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]:
+    """Every stage's report on rank 0, as JSON bytes in uint8 tensors (``gather_object`` unpickled
+    whatever a peer sent: code execution for anyone who can reach the rendezvous)."""
     if place.world == 1:
         return [report]
-    gathered: list[StageReport | None] = [None] * place.world if place.rank == 0 else []
-    dist.gather_object(report, gathered if place.rank == 0 else None, dst=0, group=control)
-    return [r for r in gathered if r is not None]
+    data = torch.frombuffer(bytearray(report.to_bytes()), dtype=torch.uint8)
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(place.world)]
+    dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64), group=control)
+    longest = int(max(int(s.item()) for s in sizes))
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[: data.numel()] = data
+    gathered = [torch.zeros(longest, dtype=torch.uint8) for _ in range(place.world)] if place.rank == 0 else None
+    dist.gather(padded, gathered, dst=0, group=control)
+    if gathered is None:
+        return []
+    return [StageReport.from_bytes(bytes(t[: int(n.item())].numpy())) for t, n in zip(gathered, sizes, strict=True)]
 
 
 def transport_backend(device_type: str, local_world: int, gpus: int) -> str:
@@ -273,9 +352,7 @@ def _stage_device(config: Config, local_rank: int) -> torch.device:
 def pick_device(config: Config, local_rank: int) -> torch.device:
     if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            from naspipe.errors import UsageError
-
-            raise UsageError("config key 'device': 'cuda' requested but no CUDA device is available")
+            raise UsageError(NO_CUDA)
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")

@@ -18,11 +18,23 @@ the end. Three mechanisms close that gap:
 
 Under torchrun or srun each process is one stage and the launcher there owns teardown; the
 stage keeps the default SIGTERM action (immediate, non-zero exit).
+
+A workflow job must also end with the snakemake that started it: killed with SIGKILL,
+snakemake cannot stop its jobs, and an orphaned training job used to race the rerun of the
+same output. Snakemake's job shell is not the launcher's parent's parent in any fixed way
+(``with-gpus``, ``srun``, a shell in between), so the workflow names the process to die with:
+``NASPIPE_DIE_WITH=PID`` (the workflow's shell prefix exports the job shell's ``$PPID``, the
+snakemake process). :func:`die_with_env_process` then watches that pid (a pidfd: no pid-reuse
+race) and raises SIGTERM in the launcher when it ends, which stops the stages as above, and
+sets ``PR_SET_PDEATHSIG`` so the launcher also ends with its own parent. Without the variable
+nothing changes: a ``nohup naspipe train ... &`` outlives its shell, as a user expects.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import select
 import shutil
 import signal
 import sys
@@ -35,6 +47,9 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from types import FrameType
 
+DIE_WITH_ENV = "NASPIPE_DIE_WITH"
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+STOPPING = b"stopping"  # the launcher's only message on a lifeline: it stops the run and reports why
 ORPHANED_EXIT = 3  # a stage's exit status when its launcher went away
 STOP_GRACE_S = 10.0
 
@@ -77,6 +92,16 @@ def signals_raise() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def ignore_further_signals() -> None:
+    """Ignore SIGINT and SIGTERM from now on: the process is exiting with the status of the first one.
+
+    Without it a SIGTERM after a Ctrl-C killed the exiting launcher with status 143 under the
+    message of the SIGINT.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 @dataclass(frozen=True)
 class Lifeline:
     """Handed to every spawned stage (pickled; the pipe's read end travels as a duplicated fd)."""
@@ -91,14 +116,25 @@ class Lifeline:
 
     def _wait(self, stage: int) -> None:
         try:
-            self.reader.recv_bytes()  # the launcher never writes: this returns only at EOF
+            told = self.reader.recv_bytes() == STOPPING  # the launcher writes only when it stops the run itself
         except (EOFError, OSError):
-            pass
-        sys.stderr.write(f"naspipe: stage {stage}: the launcher (pid {self.launcher_pid}) is gone; stopping\n")
-        sys.stderr.flush()
+            told = False
+        if not told:  # the launcher vanished (killed): say so; when it stops the run it says why itself
+            sys.stderr.write(f"naspipe: stage {stage}: the launcher (pid {self.launcher_pid}) is gone; stopping\n")
+            sys.stderr.flush()
         for path in self.cleanup:
             shutil.rmtree(path, ignore_errors=True)
         os._exit(ORPHANED_EXIT)
+
+
+def cut(writer: Connection, stages: int) -> None:
+    """Tell ``stages`` watchdogs that the launcher is stopping the run (one message each), then close."""
+    try:
+        for _ in range(stages):
+            writer.send_bytes(STOPPING)
+    except OSError:
+        pass
+    writer.close()
 
 
 def lifeline(cleanup: Iterable[str]) -> tuple[Lifeline, Connection]:
@@ -135,3 +171,48 @@ def stop(pids: Iterable[int], grace_s: float = STOP_GRACE_S) -> None:
         deadline = time.monotonic() + wait
         while any(alive(p) for p in live) and time.monotonic() < deadline:
             time.sleep(0.02)
+
+
+def die_with_env_process() -> None:
+    """End this process (SIGTERM to itself) when the process named by ``NASPIPE_DIE_WITH`` ends."""
+    value = os.environ.get(DIE_WITH_ENV, "").strip()
+    if not value:
+        return
+    if not value.isdigit() or int(value) < 1:
+        from naspipe.errors import UsageError
+
+        raise UsageError(f"environment variable {DIE_WITH_ENV}: expected a process id, got {value!r}")
+    _die_with_parent()
+    pid = int(value)
+    if not alive(pid):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    threading.Thread(target=_watch, args=(pid,), name="naspipe-die-with", daemon=True).start()
+
+
+def _die_with_parent() -> None:
+    """SIGTERM to this process when its parent ends (Linux ``prctl``; elsewhere nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent ended before the call took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _watch(pid: int) -> None:
+    """Block until ``pid`` ends (pidfd where the kernel has it, else a 0.5 s poll), then SIGTERM this process."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        while alive(pid):
+            time.sleep(0.5)
+    else:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll()
+        os.close(fd)
+    os.kill(os.getpid(), signal.SIGTERM)

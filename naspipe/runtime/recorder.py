@@ -53,6 +53,20 @@ class StageReport:
         """Forward + recompute + backward + optimizer: everything but waiting."""
         return sum(v for k, v in self.seconds.items() if k != "waiting")
 
+    def to_bytes(self) -> bytes:
+        """JSON, not a pickle: rank 0 must not unpickle what arrives over the network."""
+        return json.dumps({"stage": self.stage, "layer_hashes": {str(k): v for k, v in self.layer_hashes.items()},
+                           "seconds": self.seconds, "span_s": self.span_s, "tasks": self.tasks,
+                           "extra": self.extra}, sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StageReport:
+        """The report :meth:`to_bytes` wrote (floats round-trip exactly through JSON)."""
+        raw = json.loads(data.decode("utf-8"))
+        return cls(int(raw["stage"]), {int(k): str(v) for k, v in raw["layer_hashes"].items()},
+                   {str(k): float(v) for k, v in raw["seconds"].items()}, float(raw["span_s"]), int(raw["tasks"]),
+                   {str(k): float(v) for k, v in raw["extra"].items()})
+
 
 class StageLogs:
     """The stage's append-only log files (see the module docstring).

@@ -25,6 +25,7 @@ from typing import Any
 from naspipe.errors import UsageError
 from naspipe.fsutil import check_creatable
 from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime import runlock
 
 SUFFIX = ".partial"
 
@@ -47,6 +48,7 @@ def plan(out: Path, checkpoint: Path | None, overwrite: bool) -> RunDir:
         raise UsageError(f"--out {out}: name a run directory (a run works in DIR{SUFFIX} and publishes DIR)")
     _check_writable(out)
     work = work_of(out)
+    runlock.refuse_if_held(work, out)  # a live run: name it, whatever else is asked (--overwrite included)
     source = _run_of(checkpoint) if checkpoint is not None else None
     in_place = source is not None and work.exists() and source.samefile(work)
     extends = source is not None and out.exists() and source.samefile(out)
@@ -67,6 +69,13 @@ def _check_writable(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
     check_creatable(out, "--out")
+
+
+def refuse_live_source(checkpoint: Path) -> None:
+    """A checkpoint of a run still in progress may be pruned while it is read: refuse it, naming the run."""
+    source = _run_of(checkpoint)
+    if source.name.endswith(SUFFIX):
+        runlock.refuse_if_held(source, source.with_name(source.name[: -len(SUFFIX)]))
 
 
 def _run_of(checkpoint: Path) -> Path:
@@ -118,6 +127,14 @@ def _copy_prefix(src: Path, dst: Path, length: int) -> None:
                 break
             fout.write(block)
             left -= len(block)
+
+
+def discard_if_empty(run: RunDir) -> None:
+    """Remove a fresh run's working directory that holds no complete checkpoint (nothing to resume)."""
+    if run.in_place or not run.work.is_dir():
+        return
+    if not list((run.work / "checkpoints").glob(f"step-*/{ckpt.MANIFEST}")):
+        shutil.rmtree(run.work, ignore_errors=True)
 
 
 def publish(run: RunDir) -> None:

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_bytes, atomic_write_json, atomic_write_text, check_creatable
+from naspipe.fsutil import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    check_creatable,
+    temp_dir_beside,
+)
 from naspipe.search.evolution import Candidate, best
 from naspipe.search.options import csv_text
 from naspipe.search.subnet_file import subnet_json
@@ -37,7 +42,7 @@ def check_out_dir(out: Path) -> None:
 def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, dict[str, float]],
                  names: Sequence[str], summary: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temp_dir_beside(out, ".tmp")
     try:
         rows = [[c.generation, c.index, c.origin, str(c.subnet), c.score, *(metrics[i][m] for m in names)]
                 for i, c in enumerate(candidates)]
@@ -72,7 +77,7 @@ def convergence_png(candidates: Sequence[Candidate], metric: str) -> bytes:
 
 def _swap(tmp: Path, out: Path) -> None:
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        old = temp_dir_beside(out, ".old")
         os.rmdir(old)
         os.rename(out, old)
         os.rename(tmp, out)

@@ -123,6 +123,8 @@ _check_references()
 # Jobs run `python -m naspipe` from this checkout, in the active environment or the conda env.
 shell.prefix(
     f"set -euo pipefail; export PYTHONPATH={shlex.quote(workflow.basedir)}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py)
+    "export NASPIPE_DIE_WITH=$PPID; "
 )
 CONDA_ENV = "../../envs/naspipe.yaml"
 
