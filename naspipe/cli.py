@@ -59,6 +59,7 @@ COMMANDS: dict[str, Command] = {
     "search": Command("naspipe.commands.search", "evolutionary or random search over a trained supernet"),
     "simulate": Command("naspipe.sim.cli", "simulate a run on a hardware spec (the same policies in simulated time)"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
+    "plan": Command("naspipe.commands.plan", "a workflow config's cost: jobs, GPU-hours, memory per job, disk"),
 }
 
 

@@ -291,7 +291,10 @@ def _scalar(hint: Any, value: Any, key: str) -> Any:
     raise UsageError(f"config key {key!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor")
+MIRROR_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor")  # per-subnet partitions: they mirror layers
+# the context manager (host store + device cache): the csp family, and the sequential reference for a
+# supernet too large for one device (it is still the reference: bitwise the same as without the cache)
+CACHE_SYSTEMS = (*MIRROR_SYSTEMS, "sequential")
 
 
 def _check_ranges(config: Config) -> None:
@@ -315,8 +318,8 @@ def _check_ranges(config: Config) -> None:
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
         ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
         ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
-        ("partition_mode", config.partition_mode == "static" or config.system in CACHE_SYSTEMS,
-         f"per-subnet needs system {' or '.join(CACHE_SYSTEMS)}"),
+        ("partition_mode", config.partition_mode == "static" or config.system in MIRROR_SYSTEMS,
+         f"per-subnet needs system {' or '.join(MIRROR_SYSTEMS)}"),
         ("cache.enabled", not config.cache.enabled or config.recompute,
          "needs recompute=true (without it every in-flight subnet's layers stay pinned by its saved activations)"),
         ("cache.enabled", not config.cache.enabled or config.system in CACHE_SYSTEMS,

@@ -1,0 +1,134 @@
+"""The workflow's job plan before anything runs: the fit check, launch matching, validation up front.
+
+The paper plan is checked with the project's own memory model against the hardware it names;
+an oversized job, a plan needing more GPUs than one machine has, and config errors that once
+surfaced only after jobs ran each stop the workflow with one line before any job starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from naspipe.errors import UsageError
+from naspipe.plan.cost import estimate
+from naspipe.plan.fit import CACHE_ON, fit_jobs
+from naspipe.plan.jobs import all_training_jobs, reference_run
+from naspipe.plan.launch import check_local
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+pytest.importorskip("snakemake")
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def paper_estimator(config: dict):
+    return lambda job: estimate(job.space, job.system, job.stages, config["steps"], job.sets, config["hardware"])
+
+
+def snakemake(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def one_error(done: subprocess.CompletedProcess[str]) -> str:
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert done.returncode != 0 and len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].startswith("naspipe workflow: config error: "), errors
+    return errors[0]
+
+
+def tiny_config(tmp_path: Path, **change: object) -> Path:
+    config = {"seeds": [0], "steps": 8, "stages": [1, 2], "systems": ["csp", "gpipe"], "partition_costs": "params",
+              "datasets": {}, "spaces": {"nlp.tiny": {}}, **change}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.slow  # ~150 estimates of the paper's spaces when the estimate cache is cold (a few minutes)
+def test_paper_plan_fits_its_hardware_with_the_context_manager_where_needed() -> None:
+    config = load("config/paper.yaml")
+    fitted = fit_jobs(all_training_jobs(config), paper_estimator(config))
+    assert all(f.estimate.fits for f in fitted.values())
+    cached = {f.job.space for out, f in fitted.items() if f.job.rule == "train" and CACHE_ON in f.job.sets}
+    # the sequential references of the four largest supernets hold their layers on the host
+    assert cached == {"nlp.c0", "nlp.c1", "nlp.c2", "cv.c1"}
+    assert all(CACHE_ON in fitted[reference_run(space, 0)].job.sets for space in cached)
+    assert all(f.job.system == "sequential" for f in fitted.values() if f.job.rule == "train"
+               and CACHE_ON in f.job.sets)
+    assert {f.job.rule for f in fitted.values()} == {"train", "ablation"}
+
+
+def test_a_reference_too_large_for_the_device_runs_with_the_host_store() -> None:
+    resident = estimate("nlp.c2", "sequential", 1, 256, ("optimizer.name=sgd", "optimizer.momentum=0.9"),
+                        "h100-nvlink-ib")
+    assert not resident.fits and resident.device_bytes > 90e9 > resident.device_limit  # ~91 GB on one 80 GB GPU
+    config = {"seeds": [0], "steps": 256, "stages": [4], "systems": ["csp"], "spaces": {"nlp.c2": {}},
+              "device": "cuda", "train_options": {"optimizer.name": "sgd", "optimizer.momentum": 0.9},
+              "hardware": "h100-nvlink-ib"}
+    fitted = fit_jobs(all_training_jobs(config), paper_estimator(config))
+    reference = fitted[reference_run("nlp.c2", 0)]
+    assert reference.job.system == "sequential" and CACHE_ON in reference.job.sets and reference.estimate.fits
+    assert CACHE_ON not in fitted["results/runs/nlp.c2/csp/D4-seed0"].job.sets  # fits resident
+
+
+def test_an_oversized_job_stops_the_workflow_before_any_job_naming_it(tmp_path: Path) -> None:
+    spec = yaml.safe_load((ROOT / "config" / "hardware" / "cpu-local.yaml").read_text())
+    spec.update(name="tiny-host", host_memory=2.0e6, device_memory=2.0e6)  # 2 MB: no nlp.tiny run fits
+    (tmp_path / "tiny-host.yaml").write_text(yaml.safe_dump(spec))
+    config = tiny_config(tmp_path, hardware=str(tmp_path / "tiny-host.yaml"))
+    line = one_error(snakemake("--cores", "1", "--configfile", str(config), "--directory", str(tmp_path),
+                               cwd=tmp_path))
+    assert "hardware (" in line and "job runs/nlp.tiny/" in line and "more than the 2.0 GB" not in line
+    assert " GB" in line and "needs" in line
+    assert not (tmp_path / "results").exists()
+
+
+CONFIG_ERRORS = [  # issue 18 item 7: each once failed only after jobs ran
+    ({"stages": [2, 50]}, "stages: job runs/nlp.tiny/csp/D50-seed0: --stages 50 exceeds the 8 layers"),
+    ({"train_options": {"optimizer.lrr": 1}}, "train_options: job runs/nlp.tiny/csp/D1-seed0: unknown config key "
+                                              "'optimizer.lrr'"),
+    ({"ablation": {"stages": [64]}}, "ablation.stages: job ablations/nlp.tiny/naspipe/D64-seed0: --stages 64"),
+    ({"search": {"checkpoint_every": 3}}, "search.checkpoint_every: job runs/nlp.tiny/gpipe/D2-seed0: system "
+                                          "'gpipe': checkpoint_every (3) must be a multiple of the bulk size 2"),
+    ({"spaces": {"nlp.tiny": {"options": {"blocks": "abc"}}}}, "spaces.nlp.tiny.options: job "),
+    ({"simulate": {"hardware": "nosuch-hw", "spaces": ["nlp.tiny"], "systems": ["csp"], "stages": [2], "steps": 4}},
+     "simulate.hardware: "),
+    ({"simulate": {"hardware": "cpu-local", "spaces": ["nlp.tiny"], "systems": ["csp"], "stages": [40],
+                   "steps": 4}}, "simulate.stages: nlp.tiny: --stages 40 exceeds"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), CONFIG_ERRORS, ids=[m.split(":")[0] for _, m in CONFIG_ERRORS])
+def test_workflow_config_errors_are_found_up_front(tmp_path: Path, change: dict, message: str) -> None:
+    done = snakemake("-n", "--configfile", str(tiny_config(tmp_path, **change)), "--directory", str(tmp_path),
+                     cwd=tmp_path)
+    assert message in one_error(done)
+    assert not (tmp_path / "results").exists()
+
+
+def test_local_launch_refuses_stage_counts_above_the_gpu_cap() -> None:
+    with pytest.raises(UsageError, match=r"^stage counts 16 need more than the 8 GPUs of --resources gpu=8"):
+        check_local({1, 4, 8, 16}, 8, cuda=True)
+    check_local({1, 4, 8}, 8, cuda=True)  # fits: no error
+    check_local({16}, None, cuda=True)  # no cap given: with-gpus waits for free devices
+    check_local({16}, 2, cuda=False)  # cpu jobs claim no GPU
+
+
+def test_paper_plan_on_an_8_gpu_machine_stops_naming_the_stage_counts(tmp_path: Path) -> None:
+    from tests.test_workflow import _paper_workdir
+
+    done = snakemake("-n", "--cores", "all", "--resources", "gpu=8", "--configfile", str(ROOT / "config" / "paper.yaml"),
+                     "--directory", str(_paper_workdir(tmp_path)), cwd=tmp_path)
+    assert "stages: stage counts 16 need more than the 8 GPUs of --resources gpu=8" in one_error(done)
