@@ -51,7 +51,8 @@ class OptimizerConfig:
 class CacheConfig:
     enabled: bool = _doc(
         "context manager: the stage's layers live in host memory and a byte-bounded device cache holds the "
-        "ones in use, fetched ahead by the predictor (systems csp, csp-no-scheduler, csp-no-predictor)",
+        "ones in use, fetched ahead by the predictor (systems csp, csp-no-scheduler, csp-no-predictor, and sequential "
+        "for a reference too large for one device)",
         default=False,
     )
     budget: str = _doc(

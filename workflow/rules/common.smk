@@ -1,6 +1,5 @@
 """Config checking and the helpers every rule file uses (paths, space options, resources)."""
 
-import math
 import os
 import shlex
 import sys
@@ -157,7 +156,8 @@ def all_runs():
 HARDWARE = config.get("hardware") or ("cpu-local" if not CUDA else "")
 if not HARDWARE:
     config_error(
-        "hardware", "required with device: cuda (a spec in config/hardware/ or a YAML file)"
+        "hardware",
+        "required with device: cuda (a spec in config/hardware/ or a YAML file)",
     )
 PARTITION_BY = "costs" if config["partition_costs"] == "profile" else "config"
 
@@ -333,7 +333,7 @@ def search_resources(rule_name):
 
 
 def fixed_resources(rule_name, gpus=0):
-    """A rule without a prediction: its config values or the defaults."""
+    """Resources without a prediction (synthesize, prepare, profile): the config values or the defaults."""
     return dict(
         gpu=gpus,
         **partition_resource(rule_name),
@@ -375,7 +375,11 @@ def prepare_input(wildcards):
 def prepare_workers(wildcards):
     """Processes `naspipe prepare` runs: the reserved CPUs for an image set (its only parallel step)."""
     kind = config["datasets"][wildcards.dataset]["kind"]
-    return plan_resources.cpus(config, "prepare") if kind in ("imagenet", "synthetic-images") else 1
+    return (
+        plan_resources.cpus(config, "prepare")
+        if kind in ("imagenet", "synthetic-images")
+        else 1
+    )
 
 
 def prepare_args(wildcards):
@@ -407,7 +411,9 @@ def prepare_args(wildcards):
         ("data" if k == "path" else k).replace("_", "-"): d[k] for k in names if k in d
     }
     if d["kind"] == "imagenet" and prepare_workers(wildcards) > 1:
-        flags["workers"] = prepare_workers(wildcards)  # the CPUs the job reserves decode images
+        flags["workers"] = prepare_workers(
+            wildcards
+        )  # the CPUs the job reserves decode images
     return f"{d['kind']} " + " ".join(
         f"--{k} {shlex.quote(str(v))}" for k, v in flags.items()
     )
