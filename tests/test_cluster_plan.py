@@ -130,7 +130,8 @@ def test_local_launch_refuses_stage_counts_above_the_gpu_cap() -> None:
 def test_paper_plan_on_an_8_gpu_machine_stops_naming_the_stage_counts(tmp_path: Path) -> None:
     from tests.test_workflow import _paper_workdir
 
-    done = snakemake("-n", "--cores", "all", "--resources", "gpu=8", "--configfile", str(ROOT / "config" / "paper.yaml"),
+    paper = str(ROOT / "config" / "paper.yaml")
+    done = snakemake("-n", "--cores", "all", "--resources", "gpu=8", "--configfile", paper,
                      "--directory", str(_paper_workdir(tmp_path)), cwd=tmp_path)
     assert "stages: stage counts 16 need more than the 8 GPUs of --resources gpu=8" in one_error(done)
 
@@ -188,5 +189,29 @@ def test_the_sequential_reference_with_the_host_store_is_still_the_reference(tmp
         done = subprocess.run([*base, *extra, "--out", str(tmp_path / name)], env=env, capture_output=True, text=True,
                               timeout=600, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / "resident" / "weights.sha256").read_text() == (tmp_path / "cached" / "weights.sha256").read_text()
-    assert (tmp_path / "resident" / "losses.csv").read_bytes() == (tmp_path / "cached" / "losses.csv").read_bytes()
+    for name in ("weights.sha256", "losses.csv"):
+        assert (tmp_path / "resident" / name).read_bytes() == (tmp_path / "cached" / name).read_bytes(), name
+
+
+def test_naspipe_plan_prints_the_cost_and_refuses_a_job_that_cannot_fit(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path, ablation={"stages": [2]}, search={"checkpoint_every": 4})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "naspipe", "plan", "--configfile", str(config)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    rules_table = done.stdout.split("\n\n")[1].splitlines()[1:]
+    rows = {line.split()[0]: line.split() for line in rules_table}
+    assert rows["train"][1] == "5" and rows["ablation"][1] == "4"  # csp/gpipe x D1, D2 + reference; 4 variants
+    assert rows["search"][1] == rows["retrain"][1] == rows["search_accuracy"][1] == "5" and rows["curve"][1] == "3"
+    assert int(rows["total"][1]) == 5 * 4 + 4 + 3 + 1  # + the profile of nlp.tiny
+    jobs = [line.split() for line in done.stdout.split("\n\n")[3].splitlines()[1:]]
+    assert {(j[0], j[1], j[2], j[3]) for j in jobs} >= {("train", "nlp.tiny", "sequential", "1"),
+                                                        ("ablation", "nlp.tiny", "no-mirroring", "2")}
+    spec = yaml.safe_load((ROOT / "config" / "hardware" / "cpu-local.yaml").read_text())
+    spec.update(name="tiny-host", host_memory=2.0e6, device_memory=2.0e6)
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(spec))
+    refused = subprocess.run([sys.executable, "-m", "naspipe", "plan", "--configfile", str(config), "--hardware",
+                              str(tmp_path / "tiny.yaml")], env=env, capture_output=True, text=True, timeout=600,
+                             check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert len(refused.stderr.splitlines()) == 1 and "job runs/nlp.tiny/" in refused.stderr and "GB" in refused.stderr

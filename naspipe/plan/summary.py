@@ -56,7 +56,7 @@ def rule_costs(config: dict[str, Any], fitted: dict[str, Fitted]) -> list[RuleCo
     gpu = 1 if cuda else 0
     costs = {rule: RuleCost(rule) for rule in ("synthesize", "prepare", "profile", "train", "ablation", "search",
                                                 "retrain", "search_accuracy", "curve")}
-    for name, d in (config.get("datasets") or {}).items():
+    for d in (config.get("datasets") or {}).values():
         if d["kind"].startswith("synthetic"):
             costs["synthesize"].add(0, 0.0, resources.fixed(config, "synthesize", "runtime"))
         costs["prepare"].add(0, 0.0, resources.fixed(config, "prepare", "runtime"))
