@@ -233,6 +233,11 @@ def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
         "1",
     )
     assert (two["--cpus-per-task"], two["--mem"], two["-t"]) == ("2", "1000", "30")  # per task / per node
+    srun_log = state / "srun.jsonl"
+    calls = [json.loads(line) for line in srun_log.read_text().splitlines()] if srun_log.exists() else []
+    assert all(call["depth"] == 0 for call in calls), calls  # never an srun inside another srun
+    spanning = [call for call in calls if "--ntasks=2" in call["argv"]]
+    assert len(spanning) == 1 and "--ntasks-per-gpu=1" in spanning[0]["argv"], calls  # one task per stage, once
     if train_supports_overwrite():
         assert done.returncode == 0, done.stderr[-3000:]
         for run in runs:
