@@ -70,6 +70,7 @@ COMMANDS: dict[str, Command] = {
     "bubble-models": Command("naspipe.commands.bubble_models", "the paper's bubble column against pipeline models"),
     "claims": Command("naspipe.commands.claims", "check the paper's claims against a results tree's tables"),
     "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
+    "plan": Command("naspipe.commands.plan", "a workflow config's cost: jobs, GPU-hours, memory per job, disk"),
 }
 
 

@@ -52,7 +52,8 @@ class OptimizerConfig:
 class CacheConfig:
     enabled: bool = _doc(
         "context manager: the stage's layers live in host memory and a byte-bounded device cache holds the "
-        "ones in use, fetched ahead by the predictor (systems csp, csp-no-scheduler, csp-no-predictor)",
+        "ones in use, fetched ahead by the predictor (systems csp, csp-no-scheduler, csp-no-predictor, and sequential "
+        "for a reference too large for one device)",
         default=False,
     )
     budget: str = _doc(
@@ -290,7 +291,11 @@ def _scalar(hint: Any, value: Any, key: str) -> Any:
     raise UsageError(f"config key {key!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-CACHE_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
+# per-subnet partitions: the systems that mirror layers
+MIRROR_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
+# the context manager (host store + device cache): the csp family, and the sequential reference for a
+# supernet too large for one device (it is still the reference: bitwise the same as without the cache)
+CACHE_SYSTEMS = (*MIRROR_SYSTEMS, "sequential")
 
 
 def _check_ranges(config: Config) -> None:
@@ -315,8 +320,8 @@ def _check_ranges(config: Config) -> None:
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
         ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
         ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
-        ("partition_mode", config.partition_mode == "static" or config.system in CACHE_SYSTEMS,
-         f"per-subnet needs system {' or '.join(CACHE_SYSTEMS)}"),
+        ("partition_mode", config.partition_mode == "static" or config.system in MIRROR_SYSTEMS,
+         f"per-subnet needs system {' or '.join(MIRROR_SYSTEMS)}"),
         ("cache.enabled", not config.cache.enabled or config.recompute,
          "needs recompute=true (without it every in-flight subnet's layers stay pinned by its saved activations)"),
         ("cache.enabled", not config.cache.enabled or config.system in CACHE_SYSTEMS,

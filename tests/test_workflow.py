@@ -87,7 +87,8 @@ def _paper_workdir(tmp_path: Path) -> Path:
 
 def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
     done = snakemake(
-        "-n", "--configfile", str(ROOT / "config" / "paper.yaml"), "--directory", str(_paper_workdir(tmp_path))
+        "-n", "--configfile", str(ROOT / "config" / "paper.yaml"), "--directory", str(_paper_workdir(tmp_path)),
+        "--resources", "gpu=16",
     )
     assert done.returncode == 0, done.stderr
     planned = set(re.findall(r"^\s*output: results/runs/([^/]+)/([^/]+)/D(\d+)-seed(\d+)$", done.stdout, re.MULTILINE))
@@ -101,6 +102,21 @@ def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
     assert counts["train"] == str(len(expected)) == "336"
     assert counts["compare"] == str(len(spaces) * len(systems) * len(seeds))
     assert counts["prepare"] == "2" and counts["profile"] == "7" and counts["report"] == "1"
+    ablations = set(re.findall(r"^\s*output: results/ablations/([^/]+)/([^/]+)/D(\d+)-seed(\d+)$", done.stdout, re.M))
+    variants = ["naspipe", "no-predictor", "no-mirroring", "no-scheduler"]
+    assert ablations == set(product(spaces, variants, ["8"], seeds))  # Figure 6
+    assert counts["ablation"] == str(len(spaces) * len(variants) * len(seeds))
+    report = re.search(r"^rule report:\n\s*input: (.*)\n\s*output: (.*)\n", done.stdout, re.MULTILINE)
+    assert report is not None
+    assert "results/ablations/cv.c3/no-scheduler/D8-seed2" in report.group(1).split(", ")
+    planned = set(report.group(2).split(", "))
+    for name in ("fig4_loss_vs_time", "fig4_search_score", "fig5_throughput", "fig6_ablation", "fig7_scaling",
+                 "fig_search_convergence", "sim_fig5_throughput", "sim_fig7_scaling"):
+        assert f"results/figures/{name}.png" in planned, name
+    for name in ("table1_spaces", "table2_systems", "table3_reproducibility", "table4_access_order",
+                 "table5_profile", "sim_table2_systems"):
+        assert {f"results/tables/{name}.csv", f"results/tables/{name}.md"} <= planned, name
+    assert "results/report.md" in planned
 
 
 CONFIG_ERRORS = [
@@ -141,6 +157,7 @@ def _slurm_config(path: Path) -> Path:
         path,
         {
             "device": "cuda",
+            "hardware": "h100-nvlink-ib",
             "seeds": [0],
             "steps": 4,
             "stages": [1, 2],
@@ -216,6 +233,11 @@ def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
         "1",
     )
     assert (two["--cpus-per-task"], two["--mem"], two["-t"]) == ("2", "1000", "30")  # per task / per node
+    srun_log = state / "srun.jsonl"
+    calls = [json.loads(line) for line in srun_log.read_text().splitlines()] if srun_log.exists() else []
+    assert all(call["depth"] == 0 for call in calls), calls  # never an srun inside another srun
+    spanning = [call for call in calls if "--ntasks=2" in call["argv"]]
+    assert len(spanning) == 1 and "--ntasks-per-gpu=1" in spanning[0]["argv"], calls  # one task per stage, once
     if train_supports_overwrite():
         assert done.returncode == 0, done.stderr[-3000:]
         for run in runs:

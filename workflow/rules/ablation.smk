@@ -19,9 +19,7 @@ rule ablation:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)
     resources:
-        gpu=lambda wc: int(wc.stages) if CUDA else 0,
-        mem_mb=lambda wc: train_mem_mb(wc.stages),
-        runtime=lambda wc: job_resources("train", "runtime", 120),
+        **train_resources("ablation"),
     params:
         args=ablation_args,
         launcher=train_launcher,

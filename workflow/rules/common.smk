@@ -1,7 +1,6 @@
 """Config checking and the helpers every rule file uses (paths, space options, resources)."""
 
-import math
-from types import SimpleNamespace
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -10,6 +9,13 @@ import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
+
+from naspipe.errors import UsageError
+from naspipe.plan import jobs as plan_jobs
+from naspipe.plan import resources as plan_resources
+from naspipe.plan.cost import estimate
+from naspipe.plan.fit import FitError, fit_jobs
+from naspipe.plan.launch import check_local, nodes
 
 PATH_KEYS = (
     "src",
@@ -29,9 +35,7 @@ DATA_FAMILY = {
     "imagenet": "images",
 }
 SPACE_FAMILY = {"nlp": "translation", "cv": "images", "toy": None}
-REFERENCE_SYSTEM = (
-    "sequential"  # every comparison is against sequential training on one stage
-)
+REFERENCE_SYSTEM = plan_jobs.REFERENCE_SYSTEM
 
 
 def config_error(key, message):
@@ -163,30 +167,81 @@ def dataset_input(space):
     return [] if dataset is None else [f"results/data/{dataset}"]
 
 
-def run_dir(space, system, stages, seed):
-    return f"results/runs/{space}/{system}/D{stages}-seed{seed}"
-
-
-def reference_run(space, seed):
-    return run_dir(space, REFERENCE_SYSTEM, 1, seed)
+reference_run = plan_jobs.reference_run
 
 
 def system_runs(space, system, seed):
     """The runs of one system over every stage count (the reference itself left out)."""
-    runs = [run_dir(space, system, d, seed) for d in STAGES]
-    return [r for r in runs if r != reference_run(space, seed)]
+    return plan_jobs.system_runs(config, space, system, seed)
 
 
 def all_runs():
-    runs = {reference_run(space, seed) for space in SPACES for seed in SEEDS}
-    runs |= {
-        r
-        for space in SPACES
-        for system in SYSTEMS
-        for seed in SEEDS
-        for r in system_runs(space, system, seed)
-    }
-    return sorted(runs)
+    return sorted(job.out for job in plan_jobs.train_jobs(config))
+
+
+# -- fit and launch: every training job against the hardware, before any job runs ---------
+
+HARDWARE = config.get("hardware") or ("cpu-local" if not CUDA else "")
+if not HARDWARE:
+    config_error(
+        "hardware",
+        "required with device: cuda (a spec in config/hardware/ or a YAML file)",
+    )
+PARTITION_BY = "costs" if config["partition_costs"] == "profile" else "config"
+
+
+def _estimate(job):
+    return estimate(
+        job.space,
+        job.system,
+        job.stages,
+        config["steps"],
+        job.sets,
+        HARDWARE,
+        PARTITION_BY,
+        cpu=not CUDA,
+    )
+
+
+def _check_plan():
+    """The fit of every training job, the simulate block and the launch; one line on the first failure."""
+    launch = config.get("launch") or (
+        "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
+    )
+    if launch == "local":
+        gpus = getattr(workflow.global_resources.get("gpu"), "value", None)
+        counts = {job.stages for job in plan_jobs.all_training_jobs(config)}
+        try:
+            check_local(counts, None if gpus is None else int(gpus), CUDA)
+        except UsageError as exc:
+            config_error("stages", str(exc))
+    _check_simulate()
+    try:
+        fitted = fit_jobs(plan_jobs.all_training_jobs(config), _estimate)
+    except FitError as exc:
+        key = f"hardware ({HARDWARE})" if exc.key == "hardware" else exc.key
+        config_error(key, str(exc))
+    return fitted, launch
+
+
+def _check_simulate():
+    if not config.get("simulate"):
+        return
+    from naspipe.sim.hardware import load_hardware
+
+    sim = config["simulate"]
+    try:
+        load_hardware(str(sim["hardware"]))
+    except UsageError as exc:
+        config_error("simulate.hardware", str(exc))
+    for space in sim["spaces"]:
+        try:
+            estimate(space, "csp", max(sim["stages"]), 1, (), str(sim["hardware"]))
+        except UsageError as exc:
+            config_error("simulate.stages", f"{space}: {exc}")
+
+
+FITTED, LAUNCH = _check_plan()
 
 
 def reproducibility_files():
@@ -242,25 +297,78 @@ def simulate_args(wildcards):
     return " ".join(args)
 
 
-def job_resources(rule_name, key, fallback):
-    return config.get("resources", {}).get(rule_name, {}).get(key, fallback)
-
-
-def train_mem_mb(stages):
-    """Memory per node (`--mem` is per node): one share per stage process on the node."""
-    per_node = (
-        min(int(stages), job_resources("train", "gpus_per_node", 8))
-        if CUDA
-        else int(stages)
-    )
-    return job_resources("train", "mem_mb_per_stage", 2000) * per_node
-
-
 def train_nodes(stages):
-    """Nodes a cuda training job spans: one GPU per stage, `gpus_per_node` per node."""
-    if not CUDA:
+    """Nodes a training job spans: one GPU per stage, `gpus_per_node` per node (one on cpu or locally)."""
+    if LAUNCH != "slurm":
         return 1
-    return math.ceil(int(stages) / job_resources("train", "gpus_per_node", 8))
+    return nodes(int(stages), plan_resources.gpus_per_node(config), CUDA)
+
+
+def fitted(rule_name, wildcards):
+    """The training job of these wildcards as it will run, and its estimate."""
+    w = wildcards
+    if rule_name == "ablation":
+        out = f"results/ablations/{w.space}/{w.variant}/D{w.stages}-seed{w.seed}"
+    else:
+        out = plan_jobs.run_dir(w.space, w.system, int(w.stages), int(w.seed))
+    return FITTED[out]
+
+
+def partition_resource(rule_name):
+    """`slurm_partition` only when the config names one: an empty one would hide a profile's default-resources."""
+    name = plan_resources.partition(config, rule_name)
+    return {"slurm_partition": name} if name else {}
+
+
+def train_resources(rule_name):
+    """A training rule's resources: D GPUs, one task per stage over nodes under SLURM, predicted time."""
+    multi = lambda wc: train_nodes(wc.stages) > 1
+    return dict(
+        gpu=lambda wc: int(wc.stages) if CUDA else 0,
+        nodes=lambda wc: train_nodes(wc.stages),
+        tasks=lambda wc: int(wc.stages) if multi(wc) else 1,
+        tasks_per_gpu=lambda wc: 1 if multi(wc) else 0,
+        mpi=lambda wc: "srun" if multi(wc) else "",
+        **partition_resource(rule_name),
+        cpus_per_task=lambda wc: plan_resources.cpus(config, rule_name)
+        * (1 if multi(wc) else int(wc.stages)),
+        mem_mb=lambda wc: plan_resources.train_mem_mb(
+            config, rule_name, int(wc.stages), fitted(rule_name, wc).estimate
+        ),
+        runtime=lambda wc: plan_resources.train_minutes(
+            config, rule_name, fitted(rule_name, wc).estimate
+        ),
+    )
+
+
+def search_resources(rule_name):
+    """A search-phase rule's resources: one GPU, its threads, the supernet on the host, predicted time."""
+    reference = lambda wc: FITTED[reference_run(wc.space, int(wc.seed))].estimate
+    limit = plan_resources.settings(config, rule_name).get("runtime")
+    return dict(
+        gpu=1 if CUDA else 0,
+        **partition_resource(rule_name),
+        cpus_per_task=plan_resources.cpus(config, rule_name),
+        mem_mb=lambda wc: plan_resources.search_mem_mb(
+            config, rule_name, reference(wc)
+        ),
+        runtime=lambda wc: limit
+        or plan_resources.minutes(
+            config,
+            plan_resources.search_seconds(config, rule_name, wc.space, reference(wc)),
+        ),
+    )
+
+
+def fixed_resources(rule_name, gpus=0):
+    """Resources without a prediction (synthesize, prepare, profile): the config values or the defaults."""
+    return dict(
+        gpu=gpus,
+        **partition_resource(rule_name),
+        cpus_per_task=plan_resources.cpus(config, rule_name),
+        mem_mb=plan_resources.fixed(config, rule_name, "mem_mb"),
+        runtime=plan_resources.fixed(config, rule_name, "runtime"),
+    )
 
 
 # -- prepare ------------------------------------------------------------
@@ -292,6 +400,16 @@ def prepare_input(wildcards):
     return [d[k] for k in PATH_KEYS if k in d]
 
 
+def prepare_workers(wildcards):
+    """Processes `naspipe prepare` runs: the reserved CPUs for an image set (its only parallel step)."""
+    kind = config["datasets"][wildcards.dataset]["kind"]
+    return (
+        plan_resources.cpus(config, "prepare")
+        if kind in ("imagenet", "synthetic-images")
+        else 1
+    )
+
+
 def prepare_args(wildcards):
     """The `naspipe prepare` arguments for a dataset; synthetic sets go through the real-data path."""
     d = dict(config["datasets"][wildcards.dataset])
@@ -320,6 +438,10 @@ def prepare_args(wildcards):
     flags = {
         ("data" if k == "path" else k).replace("_", "-"): d[k] for k in names if k in d
     }
+    if d["kind"] == "imagenet" and prepare_workers(wildcards) > 1:
+        flags["workers"] = prepare_workers(
+            wildcards
+        )  # the CPUs the job reserves decode images
     return f"{d['kind']} " + " ".join(
         f"--{k} {shlex.quote(str(v))}" for k, v in flags.items()
     )
@@ -336,32 +458,29 @@ def partition_costs(wildcards):
 # -- train ------------------------------------------------------------
 
 
-def train_args(wildcards):
-    """Everything a run depends on, as params: changing any of them reruns exactly that run."""
+def train_args(wildcards, rule_name="train"):
+    """Everything a run depends on, as params: changing any of them reruns exactly that run.
+
+    The settings are the fitted job's (naspipe.plan): the context manager switched on where the
+    resident layers would not fit the hardware."""
     w = wildcards
-    sets = space_options(w.space) + [
+    job = fitted(rule_name, w).job
+    data = [o for o in space_options(w.space) if o.startswith("space.data=")]
+    sets = data + [
         f"partition_file=results/partitions/{w.space}/D{w.stages}.json",
-        f"threads={config['threads_per_stage']}",
-        f"device={config['device']}",
-        "progress=off",
+        *job.sets,
     ]
-    every = config["search"]["checkpoint_every"]
-    if every:  # Figure 4's score-over-time curves evaluate these checkpoints
-        sets += [
-            f"checkpoint_every={every}",
-            f"keep_checkpoints={math.ceil(config['steps'] / every) + 1}",
-        ]
-    sets += [f"{key}={value}" for key, value in sorted(config["train_options"].items())]
     return (
-        f"--space {w.space} --system {w.system} --stages {w.stages} --steps {config['steps']} --seed {w.seed} "
+        f"--space {w.space} --system {job.system} --stages {w.stages} --steps {config['steps']} --seed {w.seed} "
         + set_args(sets)
     )
 
 
 def train_launcher(wildcards):
-    """Local: claim the GPUs (none on cpu). Multi-node cuda: srun, one task per stage (SLURM assigns devices).
+    """Local: claim the GPUs (none on cpu). Multi-node cuda under SLURM: srun, one task per stage.
 
-    The job script runs on the allocation's first node, where srun starts task 0 (the rendezvous host).
+    srun only ever runs inside a SLURM allocation (LAUNCH slurm); the job script runs on the
+    allocation's first node, where srun starts task 0 (the rendezvous host).
     """
     stages = int(wildcards.stages)
     if train_nodes(stages) > 1:
@@ -374,36 +493,15 @@ def train_launcher(wildcards):
 
 # -- ablation ------------------------------------------------------------
 
-ABLATION = config.get("ablation", {})
-ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
-    "naspipe": ("csp", "per-subnet"),
-    "no-predictor": ("csp-no-predictor", "per-subnet"),
-    "no-mirroring": ("csp", "static"),
-    "no-scheduler": ("csp-no-scheduler", "per-subnet"),
-}
+ABLATION_SYSTEMS = plan_jobs.ABLATION_SYSTEMS
 
 
 def ablation_runs():
-    return [
-        f"results/ablations/{space}/{variant}/D{stages}-seed{seed}"
-        for space in SPACES
-        for variant in ABLATION.get("variants", list(ABLATION_SYSTEMS))
-        for stages in ABLATION.get("stages", [])
-        for seed in SEEDS
-    ]
+    return [job.out for job in plan_jobs.ablation_jobs(config)]
 
 
 def ablation_args(wildcards):
-    w = wildcards
-    system, mode = ABLATION_SYSTEMS[w.variant]
-    sets = [
-        f"partition_mode={mode}",
-        "cache.enabled=true",
-        f"cache.budget={ABLATION.get('cache_budget', '3x')}",
-        f"cache.horizon={ABLATION.get('horizon', 8)}",
-    ]
-    run = SimpleNamespace(space=w.space, system=system, stages=w.stages, seed=w.seed)
-    return f"{train_args(run)} {set_args(sets)}"
+    return train_args(wildcards, "ablation")
 
 
 # -- search ------------------------------------------------------------
@@ -471,17 +569,10 @@ def accuracy_files():
 
 def curve_files():
     """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
-    runs = {reference_run(space, seed) for space in SPACES for seed in SEEDS}
-    runs |= {
-        system_runs(space, system, seed)[-1]
-        for space in SPACES
-        for system in SYSTEMS
-        for seed in SEEDS
-        if system_runs(space, system, seed)
-    }
-    return sorted(
-        r.replace("results/runs/", "results/curves/", 1) + ".csv" for r in runs
-    )
+    return [
+        r.replace("results/runs/", "results/curves/", 1) + ".csv"
+        for r in plan_jobs.curve_runs(config)
+    ]
 
 
 # -- report ------------------------------------------------------------

@@ -8,6 +8,8 @@ rule synthesize:
         "results/logs/synthesize/{dataset}.log",
     conda:
         CONDA_ENV
+    resources:
+        **fixed_resources("synthesize"),
     params:
         args=synthetic_args,
     shell:
@@ -23,12 +25,9 @@ rule prepare:
         "results/logs/prepare/{dataset}.log",
     conda:
         CONDA_ENV
-    threads: 1
+    threads: lambda wc: prepare_workers(wc)
     resources:
-        slurm_partition=lambda wc: job_resources("prepare", "partition", ""),
-        cpus_per_task=lambda wc: job_resources("prepare", "cpus", 1),
-        mem_mb=lambda wc: job_resources("prepare", "mem_mb", 2000),
-        runtime=lambda wc: job_resources("prepare", "runtime", 60),
+        **fixed_resources("prepare"),
     params:
         args=prepare_args,
     shell:

@@ -15,11 +15,7 @@ rule profile:
         CONDA_ENV
     threads: 1
     resources:
-        gpu=1 if CUDA else 0,
-        slurm_partition=lambda wc: job_resources("profile", "partition", ""),
-        cpus_per_task=lambda wc: job_resources("profile", "cpus", 1),
-        mem_mb=lambda wc: job_resources("profile", "mem_mb", 4000),
-        runtime=lambda wc: job_resources("profile", "runtime", 60),
+        **fixed_resources("profile", 1 if CUDA else 0),
     params:
         options=lambda wc: set_args(
             o.removeprefix("space.") for o in space_options(wc.space, with_data=False)

@@ -5,7 +5,8 @@ evolutionary search over the run's final weights; `retrain` trains the winner al
 (`naspipe train --subnet`, csp on one stage, bitwise the same at any stage count) and
 `search_accuracy` scores the retrained weights on that subnet: Table 3's search accuracy.
 `curve` scores every checkpoint of each system's run at the largest stage count on a fixed
-subnet sample: Figure 4's score against training time.
+subnet sample: Figure 4's score against training time. Each is a one-GPU job running
+`threads_per_stage` threads; its resources come from naspipe.plan.resources (config `resources`).
 """
 
 
@@ -20,7 +21,7 @@ rule search:
     conda:
         CONDA_ENV
     resources:
-        gpu=1 if CUDA else 0,
+        **search_resources("search"),
     params:
         args=search_args,
         launcher=one_gpu(),
@@ -39,7 +40,7 @@ rule retrain:
     conda:
         CONDA_ENV
     resources:
-        gpu=1 if CUDA else 0,
+        **search_resources("retrain"),
     params:
         args=retrain_args,
         launcher=one_gpu(),
@@ -60,7 +61,7 @@ rule search_accuracy:
     conda:
         CONDA_ENV
     resources:
-        gpu=1 if CUDA else 0,
+        **search_resources("search_accuracy"),
     params:
         args=eval_args,
         launcher=one_gpu(),
@@ -80,7 +81,7 @@ rule curve:
     conda:
         CONDA_ENV
     resources:
-        gpu=1 if CUDA else 0,
+        **search_resources("curve"),
     params:
         args=curve_args,
         launcher=one_gpu(),

@@ -4,7 +4,8 @@ A cuda job declares `gpu=D` (Snakemake caps the total with `--resources gpu=N`) 
 devices itself (`naspipe with-gpus`), so two concurrent jobs never share a GPU. A cpu job declares
 D threads so `--cores` bounds it; its stage processes use `threads_per_stage` threads each
 (fixed, because results depend on it). A cuda job with more stages than `gpus_per_node` runs
-under `srun`, one task per stage over several nodes (see config/README.md).
+under `srun`, one task per stage over several nodes, only under SLURM (docs/cluster.md).
+Resources and time limits come from naspipe.plan (the simulator's prediction x a safety factor).
 """
 
 
@@ -20,16 +21,7 @@ rule train:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)
     resources:
-        gpu=lambda wc: int(wc.stages) if CUDA else 0,
-        nodes=lambda wc: train_nodes(wc.stages),
-        tasks=lambda wc: int(wc.stages) if train_nodes(wc.stages) > 1 else 1,
-        tasks_per_gpu=lambda wc: 1 if train_nodes(wc.stages) > 1 else 0,
-        mpi=lambda wc: "srun" if train_nodes(wc.stages) > 1 else "",
-        slurm_partition=lambda wc: job_resources("train", "partition", ""),
-        cpus_per_task=lambda wc: job_resources("train", "cpus_per_stage", 1)
-        * (1 if train_nodes(wc.stages) > 1 else int(wc.stages)),
-        mem_mb=lambda wc: train_mem_mb(wc.stages),
-        runtime=lambda wc: job_resources("train", "runtime", 120),
+        **train_resources("train"),
     params:
         args=train_args,
         launcher=train_launcher,

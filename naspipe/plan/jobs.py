@@ -1,0 +1,106 @@
+"""The training jobs of a workflow configuration and the ``naspipe train`` settings of each.
+
+One list for everyone who needs it: the Snakemake rules (their outputs and ``--set``
+arguments), the fit check, the resources and ``naspipe plan``. A job is a run directory
+and the settings that make it; the search-phase jobs follow the training runs one to one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+REFERENCE_SYSTEM = "sequential"  # every comparison is against sequential training on one stage
+ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
+    "naspipe": ("csp", "per-subnet"),
+    "no-predictor": ("csp-no-predictor", "per-subnet"),
+    "no-mirroring": ("csp", "static"),
+    "no-scheduler": ("csp-no-scheduler", "per-subnet"),
+}
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One training run of the plan: rule ``train`` or ``ablation``."""
+
+    rule: str
+    space: str
+    system: str
+    stages: int
+    seed: int
+    out: str  # its run directory
+    sets: tuple[str, ...]  # `--set` pairs beyond the space's data and the partition file
+
+    @property
+    def name(self) -> str:
+        return self.out.removeprefix("results/")
+
+
+def run_dir(space: str, system: str, stages: int, seed: int) -> str:
+    return f"results/runs/{space}/{system}/D{stages}-seed{seed}"
+
+
+def reference_run(space: str, seed: int) -> str:
+    return run_dir(space, REFERENCE_SYSTEM, 1, seed)
+
+
+def system_runs(config: dict[str, Any], space: str, system: str, seed: int) -> list[str]:
+    """The runs of one system over every stage count (the reference itself left out)."""
+    runs = [run_dir(space, system, d, seed) for d in sorted(config["stages"])]
+    return [r for r in runs if r != reference_run(space, seed)]
+
+
+def common_sets(config: dict[str, Any]) -> list[str]:
+    """Settings every training run of the config shares (threads, device, checkpoints, train_options)."""
+    sets = [f"threads={config.get('threads_per_stage', 1)}", f"device={config.get('device', 'cpu')}",
+            "progress=off"]
+    every = (config.get("search") or {}).get("checkpoint_every", 0)
+    if every:  # Figure 4's score-over-time curves evaluate these checkpoints
+        sets += [f"checkpoint_every={every}", f"keep_checkpoints={math.ceil(config['steps'] / every) + 1}"]
+    return sets + [f"{key}={value}" for key, value in sorted((config.get("train_options") or {}).items())]
+
+
+def space_sets(config: dict[str, Any], space: str) -> list[str]:
+    """The space's own options as `--set space.KEY=VALUE` (its prepared data is added by the workflow)."""
+    options = (config["spaces"][space] or {}).get("options") or {}
+    return [f"space.{key}={value}" for key, value in sorted(options.items())]
+
+
+def train_jobs(config: dict[str, Any]) -> list[TrainJob]:
+    """Every `train` job: the reference per space and seed, every system at every stage count."""
+    runs = {(space, REFERENCE_SYSTEM, 1, seed) for space in config["spaces"] for seed in config["seeds"]}
+    runs |= {(space, system, d, seed) for space in config["spaces"] for system in config["systems"]
+             for d in config["stages"] for seed in config["seeds"]}
+    return [TrainJob("train", sp, sy, d, se, run_dir(sp, sy, d, se), (*space_sets(config, sp), *common_sets(config)))
+            for sp, sy, d, se in sorted(runs)]
+
+
+def ablation_jobs(config: dict[str, Any]) -> list[TrainJob]:
+    """Every `ablation` job (paper Figure 6): each variant of NASPipe over the ablation's stage counts."""
+    ablation = config.get("ablation") or {}
+    jobs = []
+    for space in sorted(config["spaces"]):
+        for variant in ablation.get("variants", list(ABLATION_SYSTEMS)):
+            system, mode = ABLATION_SYSTEMS[variant]
+            sets = (*space_sets(config, space), *common_sets(config), f"partition_mode={mode}", "cache.enabled=true",
+                    f"cache.budget={ablation.get('cache_budget', '3x')}",
+                    f"cache.horizon={ablation.get('horizon', 8)}")
+            for stages in ablation.get("stages", []):
+                for seed in config["seeds"]:
+                    out = f"results/ablations/{space}/{variant}/D{stages}-seed{seed}"
+                    jobs.append(TrainJob("ablation", space, system, stages, seed, out, sets))
+    return jobs
+
+
+def all_training_jobs(config: dict[str, Any]) -> list[TrainJob]:
+    return train_jobs(config) + ablation_jobs(config)
+
+
+def curve_runs(config: dict[str, Any]) -> list[str]:
+    """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
+    runs = {reference_run(space, seed) for space in config["spaces"] for seed in config["seeds"]}
+    runs |= {system_runs(config, space, system, seed)[-1] for space in config["spaces"]
+             for system in config["systems"] for seed in config["seeds"]
+             if system_runs(config, space, system, seed)}
+    return sorted(runs)
