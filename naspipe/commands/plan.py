@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from naspipe.errors import UsageError
+from naspipe.yamlio import read_yaml
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -45,14 +46,11 @@ def run(args: argparse.Namespace) -> int:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The workflow config, checked against the workflow's schema (one line naming the key)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: cannot read a YAML config ({type(exc).__name__})") from None
+    data = read_yaml(path, str(path))  # a key given twice is an error, as in the workflow
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping of config keys")
     try:
-        import jsonschema  # type: ignore[import-untyped]  # snakemake's dependency: there wherever the workflow runs
+        import jsonschema  # snakemake's dependency: there wherever the workflow runs
     except ImportError:
         return data
     schema = yaml.safe_load(SCHEMA.read_text())
