@@ -22,8 +22,8 @@ from naspipe.scheduling.task import Kind
 from naspipe.scheduling.windows import SharedWindow
 from naspipe.subnet import SubnetStream
 from tests.conftest import make_structure
+from tests.test_runtime_context import SMALL, assert_identical, train
 
-SMALL = ["--set", "space.blocks=6", "--set", "space.candidates=3", "--set", "space.dim=16", "--set", "space.seq_len=8"]
 ADAM = ["--set", "optimizer.name=adam", "--set", "optimizer.lr=0.01"]
 CACHED = ["--set", "partition_mode=per-subnet", "--set", "cache.enabled=true", "--set", "cache.budget=1x"]
 
@@ -158,17 +158,7 @@ def test_windowed_layers_are_trained_but_left_out_of_the_version_rule() -> None:
 
 
 # -- the runtime: bitwise equal to sequential with the same W -----------------------
-def train(out: Path, system: str, stages: int, *extra: str, space: str = "toy", steps: int = 8, seed: int = 0) -> Path:
-    args = ["train", "--space", space, "--system", system, "--stages", str(stages), "--steps", str(steps),
-            "--seed", str(seed), "--out", str(out), *(SMALL if space == "toy" else []), *extra]
-    assert cli.main(args) == 0
-    return out
-
-
-def assert_identical(capsys: pytest.CaptureFixture[str], *runs: Path) -> None:
-    capsys.readouterr()
-    assert cli.main(["compare", *map(str, runs)]) == 0
-    assert capsys.readouterr().out.count("IDENTICAL") == len(runs) - 1
+# train() and assert_identical() are test_runtime_context's: the same small runs, compared the same way
 
 
 def assert_differ(capsys: pytest.CaptureFixture[str], a: Path, b: Path) -> str:
