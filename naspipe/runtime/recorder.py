@@ -140,9 +140,18 @@ class Recorder:
     def __init__(self, stage: int, logs: StageLogs) -> None:
         self.stage = stage
         self.logs = logs
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter()  # (re)set by the launcher when every stage is built
         self.seconds: dict[str, float] = defaultdict(float)
         self.tasks = 0
+
+    @property
+    def t0(self) -> float:
+        """The run's clock origin; setting it also restarts the CPU clock of ``loop_cpu_s``."""
+        return self._t0
+
+    @t0.setter
+    def t0(self, value: float) -> None:
+        self._t0, self._cpu0 = value, time.process_time()
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -161,7 +170,9 @@ class Recorder:
 
     def report(self, hashes: dict[int, str], extra: dict[str, float]) -> StageReport:
         self.logs.close()
-        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped)}
+        # loop_cpu_s: this process's CPU time (all its threads) since t0, less sensitive to load than the span
+        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped),
+                 "loop_cpu_s": time.process_time() - self._cpu0}
         return StageReport(
             stage=self.stage, layer_hashes=hashes, seconds={c: self.seconds.get(c, 0.0) for c in CATEGORIES},
             span_s=self.now(), tasks=self.tasks, extra=extra,
