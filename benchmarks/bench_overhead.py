@@ -10,8 +10,7 @@ no recomputation, no logs, no trace, no checkpoint.
 Each repeat runs, per space and in an order that alternates between repeats, the plain loop
 and the whole command a user runs::
 
-    naspipe train --space S --system sequential --stages 1 --steps N --set recompute=false \\
-        --set progress=off --out DIR
+    naspipe train --space S --system sequential --stages 1 --steps N --set recompute=false --out DIR
 
 and the same with ``recompute=true`` (NASPipe's default). Each is its own process; the
 figures per run are
@@ -47,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +68,17 @@ def plain_config(space: str, steps: int, seed: int = 0, overrides: tuple[str, ..
     return load_config(None, [f"space.name={space}", *overrides], {"steps": steps, "seed": seed})
 
 
-def plain_train(config: Config) -> tuple[list[float], float, float]:
-    """Train ``config.steps`` subnets the plain way; returns (losses, loop wall s, loop CPU s).
+@dataclass
+class PlainRun:
+    losses: list[float]
+    loop_s: float  # wall seconds of the training loop
+    loop_cpu_s: float  # CPU seconds of the training loop
+    layers: list[torch.nn.Module]  # every layer of the supernet after training, by layer id
 
-    Sequential semantics (DESIGN.md section 2), written as one ordinary PyTorch loop.
-    """
+
+def plain_train(config: Config) -> PlainRun:
+    """Train ``config.steps`` subnets the plain way (sequential semantics, DESIGN.md section 2,
+    written as one ordinary PyTorch loop)."""
     make_deterministic(1, torch.device("cpu"))
     space = make_space(config.space_name, config.space_options, config.shared_policy)
     structure, seed, opt = space.structure, config.seed, config.optimizer
@@ -98,7 +104,7 @@ def plain_train(config: Config) -> tuple[list[float], float, float]:
             if optimizer is not None:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-    return losses, time.perf_counter() - start, time.process_time() - cpu
+    return PlainRun(losses, time.perf_counter() - start, time.process_time() - cpu, layers)
 
 
 # -- the side-by-side benchmark ------------------------------------------------
@@ -129,7 +135,7 @@ def run_naspipe(space: str, steps: int, recompute: bool, out: Path) -> dict[str,
     """``naspipe train`` exactly as a user runs it; the rate and loop CPU from its metrics.json."""
     command = [sys.executable, "-m", "naspipe", "train", "--space", space, "--system", "sequential",
                "--stages", "1", "--steps", str(steps), "--set", f"recompute={str(recompute).lower()}",
-               "--set", "progress=off", "--out", str(out), "--overwrite"]
+               "--out", str(out), "--overwrite"]  # stderr is a pipe: the progress bar is off (progress=auto)
     wall, cpu = _child(command)
     metrics = json.loads((out / "metrics.json").read_text())
     with open(out / "losses.csv", encoding="utf-8") as f:
@@ -194,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", metavar="SPACE", help=argparse.SUPPRESS)  # internal: one plain run
     args = parser.parse_args(argv)
     if args.plain:
-        losses, loop_s, loop_cpu = plain_train(plain_config(args.plain, args.steps))
-        args.json.write_text(json.dumps({"losses": [float.hex(x) for x in losses], "loop_s": loop_s,
-                                         "loop_cpu_s": loop_cpu}))
+        run = plain_train(plain_config(args.plain, args.steps))
+        args.json.write_text(json.dumps({"losses": [float.hex(x) for x in run.losses], "loop_s": run.loop_s,
+                                         "loop_cpu_s": run.loop_cpu_s}))
         return 0
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="naspipe-overhead-") as tmp:
