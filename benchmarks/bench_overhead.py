@@ -57,7 +57,7 @@ import torch  # noqa: E402
 from naspipe.config import Config, load_config  # noqa: E402
 from naspipe.determinism import make_deterministic  # noqa: E402
 from naspipe.space import make_space  # noqa: E402
-from naspipe.space.base import LayerContext  # noqa: E402
+from naspipe.space.base import LayerContext, SpaceLayer  # noqa: E402
 from naspipe.subnet import SubnetStream  # noqa: E402
 
 SPACES = ("nlp.tiny", "cv.tiny", "toy")
@@ -73,7 +73,7 @@ class PlainRun:
     losses: list[float]
     loop_s: float  # wall seconds of the training loop
     loop_cpu_s: float  # CPU seconds of the training loop
-    layers: list[torch.nn.Module]  # every layer of the supernet after training, by layer id
+    layers: list[SpaceLayer]  # every layer of the supernet after training, by layer id
 
 
 def plain_train(config: Config) -> PlainRun:
