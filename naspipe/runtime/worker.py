@@ -37,7 +37,6 @@ from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, StagePolicy, Task, make_policy
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
 from naspipe.scheduling.windows import SharedWindow
-from naspipe.space.base import Batch
 
 
 @dataclass(frozen=True)
@@ -84,9 +83,8 @@ class StageWorker:
         self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
         self.context = self._make_context() if config.cache.enabled else None
         self._held: dict[int, tuple[list[int], list[int]]] = {}  # subnet -> (layers kept until its update, dirty)
-        self._batches: dict[int, Batch] = {}  # subnet -> its batch, built once, until its backward here
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
-                                      self.is_last, self._batch, is_first=stage == 0,
+                                      self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
                                       stash_weights=self.needs.stash_weights, windows=self.windows)
         self.policy.resume_at(start)
@@ -225,7 +223,7 @@ class StageWorker:
     def _forward(self, y: int, layers: tuple[int, ...]) -> None:
         start = self.recorder.now()
         if self.stage == 0:
-            inputs = tuple(t.to(self.device) for t in self._batch(y).inputs)
+            inputs = tuple(t.to(self.device) for t in self.job.space.batch(y, self.job.config.seed).inputs)
         else:
             inputs = self._inbox.pop(("F", y))  # type: ignore[assignment]
         output = self.executor.forward(y, layers, inputs)
@@ -243,7 +241,6 @@ class StageWorker:
     def _backward(self, y: int, layers: tuple[int, ...], start: float) -> None:
         grads = None if self.is_last else self._inbox.pop(("B", y))
         grads_in = self.executor.backward(y, layers, grads)
-        self._batches.pop(y, None)
         self.recorder.touch(layers, y, "B")
         self._sync()
         end = self.recorder.now()
@@ -253,15 +250,6 @@ class StageWorker:
         self.recorder.span("backward", f"B{y}", start + recompute, end, y)
         if self.stage > 0:
             self._send(self.stage - 1, Message("B", y, grads_in))
-
-    def _batch(self, y: int) -> Batch:
-        """Subnet ``y``'s batch, built once per stage: stage 0 feeds its inputs, the last stage's loss
-        reads its targets in the forward and again in a recomputed backward (a pure function of (seed,
-        y), so the copy kept until the backward is the very same data; building it is not free)."""
-        batch = self._batches.get(y)
-        if batch is None:
-            batch = self._batches[y] = self.job.space.batch(y, self.job.config.seed)
-        return batch
 
     def _send(self, dst: int, message: Message) -> None:
         """A send blocks until the neighbour takes the bytes: the stage waits, it does not compute,
