@@ -1,11 +1,17 @@
 """Run one stage's share of a subnet's forward, backward and update, layer by layer.
 
-Every layer runs as its own autograd unit: its inputs are detached leaves, and the backward
-walks the units in reverse, handing each unit's input gradients to the previous one. So a
-stage boundary is just another unit boundary, and the arithmetic (including the order in
-which gradients of a tensor used by several consumers are summed) is the same whether the
-subnet runs on one stage or sixteen. That is what makes pipeline results bitwise equal to
-the sequential reference.
+A stage's share of a subnet is one autograd graph whose leaves are the stage's inputs
+(detached; stage 0's batch as is), and its backward is one ``torch.autograd.backward`` from
+the stage's outputs, handing the inputs' gradients to the previous stage. The arithmetic,
+including the order in which the gradients of a tensor used by several consumers are
+summed, is the same whether the subnet runs on one stage or sixteen: the autograd engine
+runs a graph's nodes in decreasing creation order (the pending node created last is always
+ready, as everything that feeds it was created after it), so every sum accumulates its terms
+from the last consumer to the first, exactly as when the graph is cut at a stage boundary
+and the later stage's sum arrives as one term first. That is what makes pipeline results
+bitwise equal to the sequential reference (and to a plain PyTorch loop: see
+``benchmarks/bench_overhead.py``). Cutting at every layer instead, as this module once did,
+gives the same bits for 7-10% more CPU time (an engine run and leaf gradients per layer).
 
 With recomputation on, the forward keeps only the stage input and runs under ``no_grad``;
 the backward re-runs the forward with gradients (``ctx.recompute=True``). Without it, the
@@ -35,7 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.func import functional_call
@@ -50,10 +56,12 @@ ParamGrads = list[torch.Tensor | None]
 
 @dataclass
 class _Unit:
+    """One stage task's autograd graph: its input leaves, its outputs (the loss on the last stage)."""
+
     inputs: State
     outputs: State
-    layer: int | None = None
-    weights: dict[str, torch.Tensor] | None = None  # the stashed version (weight stashing)
+    layers: tuple[int, ...] = ()
+    weights: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # layer -> the version it read
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
@@ -83,7 +91,7 @@ class StageExecutor:
         self.batch_of = batch_of
         self.stash_gradients, self.stash_weights = stash_gradients, stash_weights
         self._inputs: dict[int, State] = {}
-        self._units: dict[int, list[_Unit]] = {}
+        self._units: dict[int, _Unit] = {}
         self._grads: dict[int, dict[int, ParamGrads]] = {}  # subnet -> layer -> its gradients
         self.windows = windows
         self._window_grads: dict[int, dict[int, ParamGrads]] = {}  # subnet -> windowed layer -> its gradients
@@ -102,29 +110,28 @@ class StageExecutor:
                     else:
                         state = self.layers[layer](state, ctx)
                 return self._loss(subnet, state) if self.is_last else state
-        units = self._forward_units(subnet, layer_ids, inputs, recompute=False)
-        self._units[subnet] = units
-        outputs = tuple(t.detach() for t in units[-1].outputs)
+        unit = self._forward_graph(subnet, layer_ids, inputs, recompute=False)
+        self._units[subnet] = unit
+        outputs = tuple(t.detach() for t in unit.outputs)
         return outputs[0] if self.is_last else outputs
 
     def backward(self, subnet: int, layer_ids: tuple[int, ...], grads: Grads | None) -> Grads:
         """Backpropagate ``grads`` (None on the last stage: start from the loss); returns input grads."""
         if self.recompute:
             start = time.perf_counter()
-            units = self._forward_units(subnet, layer_ids, self._inputs.pop(subnet), recompute=True)
+            unit = self._forward_graph(subnet, layer_ids, self._inputs.pop(subnet), recompute=True)
             self.last_recompute_s = time.perf_counter() - start
         else:
-            units = self._units.pop(subnet)
+            unit = self._units.pop(subnet)
         if self.is_last:
-            grads = (torch.ones_like(units[-1].outputs[0]),)
+            grads = (torch.ones_like(unit.outputs[0]),)
         if grads is None:
             raise RuntimeError(f"subnet {subnet}: a stage other than the last needs the gradient of its output")
-        for unit in reversed(units):
-            grads = _backprop(unit, grads)
+        grads = _backprop(unit, grads)
         if self.stash_gradients:
-            self._stash(subnet, units)
+            self._stash(subnet, unit)
         elif self.windows is not None:
-            self._keep_window_grads(subnet, units)
+            self._keep_window_grads(subnet, unit)
         return grads
 
     def update(self, layer_ids: tuple[int, ...], subnet: int | None = None) -> None:
@@ -152,54 +159,49 @@ class StageExecutor:
         for layer, grads in stash.items():
             stash[layer] = move(grads)
 
-    def _keep_window_grads(self, subnet: int, units: list[_Unit]) -> None:
+    def _keep_window_grads(self, subnet: int, unit: _Unit) -> None:
         """The windowed layers' gradients (taken on the version read) until the subnet's update."""
-        kept = {unit.layer: [w.grad for w in unit.weights.values()] for unit in units
-                if unit.layer is not None and unit.weights is not None}
+        kept = {layer: [w.grad for w in weights.values()] for layer, weights in unit.weights.items()}
         if kept:
             self._window_grads[subnet] = kept
 
-    def _stash(self, subnet: int, units: list[_Unit]) -> None:
+    def _stash(self, subnet: int, unit: _Unit) -> None:
         """Move each layer's gradients out of ``.grad`` (or off the stashed weights) into the store."""
         stash: dict[int, ParamGrads] = {}
-        for unit in units:
-            if unit.layer is None:
-                continue
-            if unit.weights is not None:
-                grads: ParamGrads = [w.grad for w in unit.weights.values()]
+        for layer in unit.layers:
+            weights = unit.weights.get(layer)
+            if weights is not None:
+                grads: ParamGrads = [w.grad for w in weights.values()]
             else:
-                params = _trainable(self.layers[unit.layer])
+                params = _trainable(self.layers[layer])
                 grads = [p.grad for p in params]
                 for p in params:
                     p.grad = None
             if grads:
-                stash[unit.layer] = grads
+                stash[layer] = grads
         self._grads[subnet] = stash
 
-    def _forward_units(self, subnet: int, layer_ids: tuple[int, ...], inputs: State, recompute: bool) -> list[_Unit]:
-        """Each layer as its own autograd unit; on the last stage the loss is one more unit."""
-        units: list[_Unit] = []
-        state = inputs
+    def _forward_graph(self, subnet: int, layer_ids: tuple[int, ...], inputs: State, recompute: bool) -> _Unit:
+        """The stage's layers as one autograd graph from detached input leaves; on the last stage its
+        output is the loss. Stashed and windowed weights are leaves of their own (``unit.weights``)."""
+        # The batch itself needs no gradient: stage 0's first layer gets it as is.
+        leaves = inputs if self.is_first else tuple(_leaf(t) for t in inputs)
+        unit = _Unit(leaves, leaves, layer_ids)
+        state = leaves
         with torch.enable_grad():
-            for position, layer in enumerate(layer_ids):
-                # The batch itself needs no gradient: stage 0's first layer gets it as is.
-                leaves = state if self.is_first and position == 0 else tuple(_leaf(t) for t in state)
+            for layer in layer_ids:
                 module, ctx = self.layers[layer], self._ctx(subnet, layer, recompute)
                 if self.windows is not None and layer in self.windows:
                     weights = {n: t.detach().requires_grad_() for n, t in self.windows.read(layer, subnet).items()}
-                    state = functional_call(module, weights, (leaves, ctx))
-                    units.append(_Unit(leaves, state, layer, weights))
                 elif self.stash_weights:
                     weights = {n: p.detach().clone().requires_grad_() for n, p in _named_trainable(module)}
-                    state = functional_call(module, weights, (leaves, ctx))
-                    units.append(_Unit(leaves, state, layer, weights))
                 else:
-                    state = module(leaves, ctx)
-                    units.append(_Unit(leaves, state, layer))
-            if self.is_last:
-                leaves = tuple(_leaf(t) for t in state)
-                units.append(_Unit(leaves, (self._loss(subnet, leaves),)))
-        return units
+                    state = module(state, ctx)
+                    continue
+                unit.weights[layer] = weights
+                state = functional_call(module, weights, (state, ctx))
+            unit.outputs = (self._loss(subnet, state),) if self.is_last else state
+        return unit
 
     def _loss(self, subnet: int, state: State) -> torch.Tensor:
         batch = self.batch_of(subnet)
@@ -221,6 +223,7 @@ def _trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def _backprop(unit: _Unit, grads: Grads) -> Grads:
+    """One engine run over the stage's graph; the gradients of its input leaves."""
     pairs = [(o, g) for o, g in zip(unit.outputs, grads, strict=False) if g is not None and o.requires_grad]
     if pairs:
         torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])

@@ -154,9 +154,25 @@ class Recorder:
     def __init__(self, stage: int, logs: StageLogs) -> None:
         self.stage = stage
         self.logs = logs
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter()  # (re)set by the launcher when every stage is built
         self.seconds: dict[str, float] = defaultdict(float)
         self.tasks = 0
+
+    @property
+    def t0(self) -> float:
+        """The run's clock origin; setting it also restarts the CPU clock of ``loop_cpu_s``."""
+        return self._t0
+
+    @t0.setter
+    def t0(self, value: float) -> None:
+        self._t0, self._cpu0 = value, time.process_time()
+        self._end: tuple[float, float] | None = None
+
+    def finish(self) -> None:
+        """The stage's last task is done: its span (and ``loop_cpu_s``) ends here, so the run's
+        makespan is training time, like the plain loop's, without the end-of-run drain (fsync of the
+        logs, layer digests, the final checkpoint) that a run pays once whatever its length."""
+        self._end = (self.now(), time.process_time() - self._cpu0)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -175,8 +191,10 @@ class Recorder:
 
     def report(self, hashes: dict[int, str], extra: dict[str, float]) -> StageReport:
         self.logs.close()
-        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped)}
+        span, cpu = self._end if self._end is not None else (self.now(), time.process_time() - self._cpu0)
+        # loop_cpu_s: this process's CPU time (all its threads) over the span, less sensitive to load
+        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped), "loop_cpu_s": cpu}
         return StageReport(
             stage=self.stage, layer_hashes=hashes, seconds={c: self.seconds.get(c, 0.0) for c in CATEGORIES},
-            span_s=self.now(), tasks=self.tasks, extra=extra,
+            span_s=span, tasks=self.tasks, extra=extra,
         )

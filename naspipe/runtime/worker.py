@@ -104,9 +104,10 @@ class StageWorker:
                 self._wait()
             else:
                 self._execute(task)
+        self.recorder.finish()
         self._say_goodbye()
         lengths = self.recorder.logs.sync()
-        report = self.recorder.report(self._layer_hashes(), self._extra())  # its span leaves the final save out
+        report = self.recorder.report(self._layer_hashes(), self._extra())  # its span ends at finish()
         if self.job.config.final_checkpoint:
             self._checkpoint(self.steps, lengths)
         if self.context is not None:

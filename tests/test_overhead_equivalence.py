@@ -1,0 +1,58 @@
+"""The plain PyTorch loop of ``benchmarks/bench_overhead.py`` is the very computation naspipe runs.
+
+The overhead benchmark compares naspipe's sequential runtime with that loop; the comparison
+means something only if both do the same arithmetic. So: same losses (every bit, as
+``float.hex``) and the same final parameters (every layer's digest) after a few steps, with
+recomputation off and on, on each space the benchmark times. Timings are the benchmark's
+business, never asserted here.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from naspipe.config import load_config
+from naspipe.runtime.launch import train
+from naspipe.runtime.outputs import tensor_digest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_overhead", ROOT / "benchmarks" / "bench_overhead.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_overhead"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def naspipe_run(tmp_path: Path, space: str, steps: int, recompute: bool) -> tuple[list[str], dict[int, str]]:
+    config = load_config(None, [f"space.name={space}", f"recompute={str(recompute).lower()}", "progress=off"],
+                         {"system": "sequential", "stages": 1, "steps": steps})
+    out = tmp_path / f"{space}-{recompute}"
+    train(config, out)
+    with open(out / "losses.csv", encoding="utf-8") as f:
+        losses = [row["loss_hex"] for row in csv.DictReader(f)]
+    with open(out / "layer_hashes.csv", encoding="utf-8") as f:
+        hashes = {int(row["layer"]): row["sha256"] for row in csv.DictReader(f)}
+    return losses, hashes
+
+
+@pytest.mark.parametrize("space", ["toy", "nlp.tiny", "cv.tiny"])
+def test_plain_loop_is_bitwise_the_sequential_run(tmp_path, space):
+    steps = 6
+    plain = bench().plain_train(bench().plain_config(space, steps))
+    plain_losses = [float.hex(x) for x in plain.losses]
+    plain_hashes = {lid: tensor_digest(layer.state_dict()) for lid, layer in enumerate(plain.layers)}
+    assert len(plain_losses) == steps
+    for recompute in (False, True):
+        losses, hashes = naspipe_run(tmp_path, space, steps, recompute)
+        assert losses == plain_losses, f"recompute={recompute}"
+        assert hashes == plain_hashes, f"recompute={recompute}"
