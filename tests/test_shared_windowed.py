@@ -266,3 +266,15 @@ def test_the_simulator_models_the_window_edges_memory_and_bound(tmp_path, capsys
     gpipe_causal = simulate(tmp_path, "causal", "gpipe")
     assert win["device_bytes"] > causal["device_bytes"] > frozen["device_bytes"]
     assert gpipe["device_bytes"] == gpipe_causal["device_bytes"]  # the baselines train them as causal's do
+
+
+def test_table4_shows_a_layer_the_csp_rule_orders_not_a_windowed_shared_one():
+    """Every subnet touches a windowed embedding, out of sequential order by design: Table 4 must skip it."""
+    from naspipe.report.access_order import RunAccess, busiest_layer
+
+    accesses = {0: ["0F", "1F", "0B", "1B", "2F", "2B"], 3: ["0F", "0B", "2F", "2B"]}
+    run = RunAccess(Path("r"), "csp D=2", {0: "embedding", 3: "conv"}, accesses, frozenset({0, 3}), 4,
+                    ordered=frozenset({3}))
+    assert busiest_layer(run) == 3
+    assert busiest_layer(RunAccess(Path("r"), "csp D=2", {0: "embedding", 3: "conv"}, accesses,
+                                   frozenset({0, 3}), 4)) == 0  # without the window rule it is the busiest

@@ -32,6 +32,8 @@ class RunAccess:
     accesses: dict[int, list[str]]  # layer -> ["2F", "2B", ...]
     trainable: frozenset[int] | None = None  # None: unknown (no readable metrics.json)
     num_layers: int | None = None  # the space's layer count; None: unknown
+    # trainable layers the CSP version rule orders: windowed shared layers follow the window rule instead
+    ordered: frozenset[int] | None = None
 
 
 def read_access(run_dir: Path) -> RunAccess:
@@ -53,7 +55,8 @@ def read_access(run_dir: Path) -> RunAccess:
     if structure is None:
         return RunAccess(run_dir, _label(metrics), ops, accesses)
     trainable = frozenset(lid for lid in ops if structure.is_trainable(lid))
-    return RunAccess(run_dir, _label(metrics), ops, accesses, trainable, structure.num_layers)
+    ordered = frozenset(lid for lid in trainable if not structure.is_windowed(lid))
+    return RunAccess(run_dir, _label(metrics), ops, accesses, trainable, structure.num_layers, ordered)
 
 
 def _label(metrics: dict) -> str:
@@ -78,8 +81,13 @@ def _structure(config: dict) -> SpaceStructure | None:
 
 
 def busiest_layer(run: RunAccess) -> int:
-    """The trainable layer touched most often (lowest id on ties): a default worth showing."""
-    candidates = [lid for lid in run.accesses if run.trainable is None or lid in run.trainable] or list(run.accesses)
+    """The trainable layer touched most often (lowest id on ties): a default worth showing.
+
+    Windowed shared layers are left out: every subnet touches them, but the window rule, not
+    the per-layer CSP order that Table 4 shows, decides when (their order is not sequential's).
+    """
+    allowed = run.ordered if run.ordered is not None else run.trainable
+    candidates = [lid for lid in run.accesses if allowed is None or lid in allowed] or list(run.accesses)
     if not candidates:
         raise UsageError(f"{run.path}: access_order.csv lists no layer")
     return min(candidates, key=lambda lid: (-len(run.accesses[lid]), lid))
