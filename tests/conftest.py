@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -61,3 +63,15 @@ def forbid_module_construction(monkeypatch: pytest.MonkeyPatch, space: Any) -> N
     monkeypatch.setattr(space, "make_layer", refuse)
     with pytest.raises(AssertionError, match="a layer was built"):  # the guard is live
         torch.nn.Linear(2, 2)
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module (benchmarks are scripts, not a package); loaded once per process."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

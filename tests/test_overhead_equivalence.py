@@ -10,8 +10,6 @@ business, never asserted here.
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,17 +18,11 @@ import pytest
 from naspipe.config import load_config
 from naspipe.runtime.launch import train
 from naspipe.runtime.outputs import tensor_digest
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import load_benchmark
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_overhead", ROOT / "benchmarks" / "bench_overhead.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_overhead"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_overhead")
 
 
 def naspipe_run(tmp_path: Path, space: str, steps: int, recompute: bool) -> tuple[list[str], dict[int, str]]:
@@ -48,7 +40,8 @@ def naspipe_run(tmp_path: Path, space: str, steps: int, recompute: bool) -> tupl
 @pytest.mark.parametrize("space", ["toy", "nlp.tiny", "cv.tiny"])
 def test_plain_loop_is_bitwise_the_sequential_run(tmp_path, space):
     steps = 6
-    plain = bench().plain_train(bench().plain_config(space, steps))
+    module = bench()
+    plain = module.plain_train(module.plain_config(space, steps))
     plain_losses = [float.hex(x) for x in plain.losses]
     plain_hashes = {lid: tensor_digest(layer.state_dict()) for lid, layer in enumerate(plain.layers)}
     assert len(plain_losses) == steps

@@ -9,25 +9,18 @@ configuration: each system, stage count, space, cost model and option appears); 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, load_benchmark
+
 REFERENCE = ROOT / "benchmarks" / "golden" / "sim_golden.json"
 
 
 def golden() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_golden", ROOT / "benchmarks" / "sim_golden.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sim_golden"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sim_golden")
 
 
 def reference() -> dict[str, str]:
