@@ -21,7 +21,8 @@ def synthetic_simulator(tau: float, eff: float):
 
     def features(row: PaperRow) -> tuple[float, float, float]:
         tasks = 2.0 if row.system != "pipedream" else 2.5
-        return tasks, 1e-3 * row.batch * (2.0 if row.family == "cv" else 1.0), 1e-4 * row.batch
+        swap = 0.05 if row.system == "vpipe" else 0.0  # blocking fetches: priced by bandwidth, not fitted
+        return tasks, 1e-3 * row.batch * (2.0 if row.family == "cv" else 1.0), 1e-4 * row.batch + swap
 
     def simulate(row: PaperRow, hw) -> float:
         t, k, f = features(row)
@@ -32,7 +33,7 @@ def synthetic_simulator(tau: float, eff: float):
     return simulate, rows
 
 
-@pytest.mark.parametrize(("tau", "eff"), [(0.2, 0.3), (0.0, 0.9), (1e-5, 0.05)])
+@pytest.mark.parametrize(("tau", "eff"), [(0.2, 0.3), (0.0, 0.9), (1e-5, 0.05), (0.45, 0.6), (0.023, 1.0)])
 def test_fit_recovers_known_constants_from_a_synthetic_table(tau, eff):
     simulate, rows = synthetic_simulator(tau, eff)
     features = [cal.probe(r, BASE, simulate) for r in rows]
@@ -75,6 +76,27 @@ def test_fit_recovers_a_spec_through_the_real_simulator():
     f = cal.fit([cal.probe(r, BASE, simulate) for r in rows], "all")
     assert f.task_overhead_s == pytest.approx(0.05, rel=1e-6)
     assert f.compute_efficiency == pytest.approx(0.25, rel=1e-6)
+
+
+def test_exec_holds_the_blocking_swaps_of_vpipe_only():
+    """VPipe's synchronous fetches are inside its measured Exec; NASPipe's prefetched copies are not."""
+    metrics: dict[str, object] = {"exec_s": 8.0, "swap_wait_s": 3.2, "subnets": 16}
+    assert cal.blocking_swap_s(metrics, "vpipe") == pytest.approx(0.2)
+    assert cal.exec_of(metrics, 8, "slot", "vpipe") == pytest.approx(8.2 / 8)
+    assert cal.exec_of(metrics, 8, "summed", "vpipe") == pytest.approx(8.2)
+    for system in ("csp", "gpipe", "pipedream"):
+        assert cal.blocking_swap_s(metrics, system) == 0.0
+        assert cal.exec_of(metrics, 8, "slot", system) == pytest.approx(1.0)
+
+
+def test_vpipe_exec_through_the_simulator_is_its_busy_time_plus_its_fetches_at_pcie_bandwidth():
+    from naspipe.sim.scenario import Scenario, simulate_scenario
+
+    m = simulate_scenario(Scenario("cv.c3", "vpipe", 4, 8, steps=4), BASE)
+    fetch_s = float(m["swap_bytes"]) / BASE.host_device_bandwidth / m["subnets"]
+    assert float(m["swap_bytes"]) > 0
+    assert cal.blocking_swap_s(m, "vpipe") == pytest.approx(fetch_s, rel=0.05)
+    assert cal.exec_of(m, 4, "summed", "vpipe") == pytest.approx(float(m["exec_s"]) + fetch_s, rel=0.01)
 
 
 def test_the_shipped_spec_keeps_the_physical_constants_and_marks_the_fitted_ones():
