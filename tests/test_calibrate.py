@@ -99,6 +99,22 @@ def test_vpipe_exec_through_the_simulator_is_its_busy_time_plus_its_fetches_at_p
     assert cal.exec_of(m, 4, "summed", "vpipe") == pytest.approx(float(m["exec_s"]) + fetch_s, rel=0.01)
 
 
+def test_the_report_names_the_held_out_rows_beyond_10_percent(capsys):
+    from naspipe.commands.calibrate import report
+
+    simulate, rows = synthetic_simulator(0.2, 0.3)
+    features = [cal.probe(r, BASE, simulate) for r in rows]
+    by_fit = cal.fits(features)
+    off = {("cv.c3", "pipedream"): 1.15, ("nlp.c2", "csp"): 0.92}  # two held-out rows, one beyond 10%
+    table = cal.table_rows(features, by_fit, lambda feat, f: feat.row.exec_s * off.get(
+        (feat.row.space, feat.row.system), 1.0))
+    report(by_fit, table)
+    out = capsys.readouterr().out
+    assert "held out under the nlp fit (12 rows): median |error| 0.0%, max 15.0%, within 10%: 11/12" in out
+    assert "beyond 10%: cv.c3 pipedream +15.0%" in out
+    assert "within 10%: 12/12" in out and out.count("beyond 10%") == 1
+
+
 def test_the_shipped_spec_keeps_the_physical_constants_and_marks_the_fitted_ones():
     from naspipe.sim.hardware import HARDWARE_DIR
 

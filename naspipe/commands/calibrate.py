@@ -87,6 +87,10 @@ def report(by_fit: dict[str, Fit], rows: list[dict[str, object]]) -> None:
         err = group.rel_error.abs()
         print(f"held out under the {name} fit ({len(err)} rows): median |error| {err.median():.1%}, "
               f"max {err.max():.1%}, within 10%: {int((err <= 0.10).sum())}/{len(err)}")
+        misses = group[err > 0.10].sort_values("rel_error", key=abs, ascending=False)
+        if not misses.empty:
+            print("  beyond 10%: " + ", ".join(f"{r.space} {r.system} {r.rel_error:+.1%}"
+                                                for r in misses.itertuples()))
 
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
