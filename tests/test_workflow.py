@@ -248,7 +248,7 @@ def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`.test/config.yaml` run end to end once in a temporary workdir."""
+    """`.test/config/config.yaml` run end to end once in a temporary workdir."""
     if not train_supports_overwrite():
         pytest.skip("needs `naspipe train --overwrite` (merged from another branch)")
     work = tmp_path_factory.mktemp("tiny")
@@ -265,7 +265,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     tables = sorted((tiny_run / "results" / "tables").glob("*.csv"))
     assert [t.stem for t in tables] == [
         "claims",
-        "fig6_ablation",  # Figure 6's numbers for its claims: no rows, .test/config.yaml has no ablation
+        "fig6_ablation",  # Figure 6's numbers for its claims: no rows, .test/config/config.yaml has no ablation
         "sim_table2_systems",
         "table1_spaces",
         "table2_systems",
@@ -279,7 +279,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     verdict = {(r.space, r.system, int(r.stages)): str(r.identical_to_sequential) for r in table3.itertuples()}
     assert verdict[("nlp.tiny", "csp", 2)] == verdict[("toy", "csp", 2)] == "yes"
     assert verdict[("nlp.tiny", "gpipe", 2)] == "no"
-    assert set(frames["sim_table2_systems"]["system"]) == {"csp", "gpipe"}  # .test/config.yaml's simulate key
+    assert set(frames["sim_table2_systems"]["system"]) == {"csp", "gpipe"}  # .test/config/config.yaml's simulate key
     for figure in ("fig4_loss_vs_time", "fig5_throughput", "fig7_scaling", "sim_fig5_throughput", "sim_fig7_scaling"):
         with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
             image.verify()
@@ -299,7 +299,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
 def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: Path, tmp_path: Path) -> None:
     again = snakemake("-n", "--configfile", str(ROOT / ".test" / "config.yaml"), "--directory", str(tiny_run))
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
-    config = load(".test/config.yaml")
+    config = load(".test/config/config.yaml")
     config["spaces"]["toy"] = {"options": {"blocks": 5}}
     changed = snakemake(
         "-n", "--configfile", str(write_config(tmp_path / "c.yaml", config)), "--directory", str(tiny_run)

@@ -1,34 +1,36 @@
-"""Step 1, prepare: every dataset of the config -> results/data/NAME (naspipe prepare ...)."""
+"""Step 1, prepare: every dataset of the config -> its prepared directory (naspipe prepare ...)."""
+
+from naspipe.plan import datasets
 
 
 rule synthesize:
     output:
-        temp(directory("results/raw/{dataset}")),
+        temp(directory(path("raw"))),
     log:
-        "results/logs/synthesize/{dataset}.log",
+        log("synthesize", "raw"),
     conda:
         CONDA_ENV
     resources:
-        **fixed_resources("synthesize"),
+        **W.fixed_resources("synthesize"),
     params:
-        args=synthetic_args,
+        args=lambda wc: datasets.synthetic_args(config["datasets"][wc.dataset]),
     shell:
         "python -m naspipe prepare {params.args} --out {output} > {log} 2>&1"
 
 
 rule prepare:
     input:
-        prepare_input,
+        lambda wc: datasets.prepare_input(wc.dataset, config["datasets"][wc.dataset]),
     output:
-        directory("results/data/{dataset}"),
+        directory(path("data")),
     log:
-        "results/logs/prepare/{dataset}.log",
+        log("prepare", "data"),
     conda:
         CONDA_ENV
-    threads: lambda wc: prepare_workers(wc)
+    threads: W.prepare_workers
     resources:
-        **fixed_resources("prepare"),
+        **W.fixed_resources("prepare"),
     params:
-        args=prepare_args,
+        args=W.prepare_args,
     shell:
         "python -m naspipe prepare {params.args} --out {output} > {log} 2>&1"
