@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.workflow_dryrun import paper_workdir
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_SLURM = ROOT / "tests" / "fake_slurm"
 BIN = Path(sys.executable).parent
@@ -60,29 +62,9 @@ def train_supports_overwrite() -> bool:
     return "--overwrite" not in unknown
 
 
-def test_lint_and_format_are_clean() -> None:
-    lint = snakemake("--lint", "--configfile", str(ROOT / "config" / "config.yaml"))
-    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
-    fmt = subprocess.run(
-        [str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
-
-
 def _paper_workdir(tmp_path: Path) -> Path:
     """A workdir holding (empty) stand-ins for the paper's datasets, which exist-checks need."""
-    for dataset in load("config/paper.yaml")["datasets"].values():
-        for key in ("src", "tgt", "valid_src", "valid_tgt"):
-            if key in dataset:
-                (tmp_path / dataset[key]).parent.mkdir(parents=True, exist_ok=True)
-                (tmp_path / dataset[key]).touch()
-        if "root" in dataset:
-            (tmp_path / dataset["root"]).mkdir(parents=True, exist_ok=True)
-    return tmp_path
+    return paper_workdir(ROOT / "config" / "paper.yaml", tmp_path)
 
 
 def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:

@@ -3,8 +3,11 @@
 A refactoring of the workflow must plan the same jobs with the same commands; comparing two dry runs by
 eye (219 jobs by default, over 2,000 for the paper) misses a changed flag, so this records them exactly.
 
-    python tests/workflow_dryrun.py SNAKEFILE CONFIG [--paper] [snakemake args...] > jobs.json
+    python tests/workflow_dryrun.py SNAKEFILE CONFIG [--paper] [--digest] [snakemake args...] > jobs.json
 
+``--digest`` prints the count and a SHA-256 of the jobs per rule instead of the jobs (what
+tests/workflow_dryrun.json records for the default, CI and paper configs, taken on the workflow
+before it moved to the catalog layout; tests/test_workflow_plan.py checks the workflow still plans them).
 ``--paper`` runs in a temporary workdir holding empty stand-ins for the paper's datasets (their paths
 are checked to exist before any job). The ``jobid``, ``reason`` and date lines are left out: they
 depend on the DAG's traversal order, not on what runs.
@@ -12,6 +15,7 @@ depend on the DAG's traversal order, not on what runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -51,8 +55,8 @@ def parse_jobs(stdout: str) -> list[dict[str, Any]]:
         job: dict[str, Any] = {"rule": head.group(1)}
         for line in block.splitlines()[1:]:
             key, _, value = line.strip().partition(": ")
-            if key in KEPT:
-                job[key] = ", ".join(sorted(value.split(", ")))
+            if key in KEPT:  # tmpdir is the machine's, not the plan's
+                job[key] = ", ".join(sorted(v for v in value.split(", ") if not v.startswith("tmpdir=")))
             elif line.startswith("Shell command: "):
                 job["shell"] = line.removeprefix("Shell command: ")
             elif not line.strip():
@@ -77,9 +81,19 @@ def dry_run(snakefile: Path, config_file: Path, workdir: Path, *extra: str) -> d
     return {"counts": dict(sorted(Counter(j["rule"] for j in jobs).items())), "jobs": jobs}
 
 
+def digest(planned: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per rule: how many jobs and a SHA-256 of their records (a changed flag of one job changes it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for rule, count in planned["counts"].items():
+        jobs = [j for j in planned["jobs"] if j["rule"] == rule]
+        text = json.dumps(jobs, sort_keys=True).encode()
+        out[rule] = {"jobs": count, "sha256": hashlib.sha256(text).hexdigest()}
+    return out
+
+
 def main(argv: list[str]) -> int:
-    paper = "--paper" in argv
-    args = [a for a in argv if a != "--paper"]
+    paper, digested = "--paper" in argv, "--digest" in argv
+    args = [a for a in argv if a not in ("--paper", "--digest")]
     if len(args) < 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -87,7 +101,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = paper_workdir(config_file, Path(tmp)) if paper else Path(tmp)
         planned = dry_run(snakefile, config_file, workdir, *args[2:])
-    json.dump(planned, sys.stdout, indent=1, sort_keys=True)
+    json.dump(digest(planned) if digested else planned, sys.stdout, indent=1, sort_keys=True)
     print()
     return 0
 

@@ -35,12 +35,12 @@ def fail(error: ConfigError) -> NoReturn:
     raise SystemExit(2)
 
 
-def schema_error(config: dict[str, Any], schema_file: Path) -> ConfigError | None:
-    """The best-matching schema violation of ``config`` as one key and message (None if it has none)."""
+def schema_error(config: dict[str, Any], schema_file: Path) -> ConfigError:
+    """The best-matching schema violation of ``config`` (``validate()`` found one) as one key and message."""
     schema = yaml.safe_load(schema_file.read_text(encoding="utf-8"))
     cause = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
-    if cause is None:
-        return None
+    if cause is None:  # validate() and this validator disagree: name the schema rather than guess
+        return ConfigError("(top level)", f"does not match {schema_file}")
     path = [str(p) for p in cause.absolute_path]
     message = cause.message.replace("\n", " ")
     if cause.validator == "additionalProperties" and isinstance(cause.instance, dict):

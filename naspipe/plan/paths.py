@@ -1,7 +1,7 @@
 """Where every workflow output and log lives: one table of path patterns, read by rules, plan and report.
 
 A rule's output is ``path(kind)`` (a pattern with Snakemake wildcards, e.g. ``{space}``) and its log
-``log(rule, kind)``; code that needs one concrete path fills the same pattern (``path(kind, space=...)``).
+``logfile(rule, kind)``; code that needs one concrete path fills the same pattern (``path(kind, space=...)``).
 Renaming a directory is then one edit here instead of a hunt through rule files, and a run's directory
 cannot be spelled two ways by the training rule and the rule that reads it.
 """
@@ -38,7 +38,7 @@ def path(kind: str, **fields: object) -> str:
     return pattern.format(**fields) if fields else pattern
 
 
-def log(rule: str, kind: str = "") -> str:
+def logfile(rule: str, kind: str = "") -> str:
     """A rule's log: ``results/logs/RULE/<the output's wildcards>.log`` (``results/logs/RULE.log`` without)."""
     tail = f"/{PATTERNS[kind][1]}" if kind else ""
     return f"{RESULTS}/logs/{rule}{tail}.log"

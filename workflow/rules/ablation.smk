@@ -12,7 +12,7 @@ rule ablation:
     output:
         directory(path("ablation")),
     log:
-        log("ablation", "ablation"),
+        logfile("ablation", "ablation"),
     wildcard_constraints:
         variant="|".join(ablation_variants()),
     conda:

@@ -4,9 +4,14 @@
 their commands and resources; naspipe.plan.paths says where every output and log lives.
 """
 
-from naspipe.plan import paths
-from naspipe.plan.paths import log, path
-from naspipe.plan.workflow import ablation_variants, claims_tables, report_outputs, set_args, space_options
+from naspipe.plan.paths import logfile, path
+from naspipe.plan.workflow import (
+    ablation_variants,
+    claims_tables,
+    report_outputs,
+    set_args,
+    space_options,
+)
 
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)

@@ -8,7 +8,7 @@ rule compare:
     output:
         path("reproducibility"),
     log:
-        log("compare", "reproducibility"),
+        logfile("compare", "reproducibility"),
     conda:
         CONDA_ENV
     shell:

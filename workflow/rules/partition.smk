@@ -3,13 +3,15 @@
 
 rule partition:
     input:
-        lambda wc: [path("profile", space=wc.space)]
-        if config["partition_costs"] == "profile"
-        else [],
+        lambda wc: (
+            [path("profile", space=wc.space)]
+            if config["partition_costs"] == "profile"
+            else []
+        ),
     output:
         path("partition"),
     log:
-        log("partition", "partition"),
+        logfile("partition", "partition"),
     conda:
         CONDA_ENV
     params:

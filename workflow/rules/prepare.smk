@@ -7,7 +7,7 @@ rule synthesize:
     output:
         temp(directory(path("raw"))),
     log:
-        log("synthesize", "raw"),
+        logfile("synthesize", "raw"),
     conda:
         CONDA_ENV
     resources:
@@ -24,7 +24,7 @@ rule prepare:
     output:
         directory(path("data")),
     log:
-        log("prepare", "data"),
+        logfile("prepare", "data"),
     conda:
         CONDA_ENV
     threads: W.prepare_workers

@@ -10,7 +10,7 @@ rule profile:
         ),
         table=path("profile_table"),
     log:
-        log("profile", "profile"),
+        logfile("profile", "profile"),
     conda:
         CONDA_ENV
     threads: 1

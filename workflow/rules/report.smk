@@ -16,11 +16,13 @@ rule report:
         sims=W.sims(),
         # the simulator's calibration tables (calibrate.smk) that this workflow writes; the claims that
         # need one that it does not write say "not checkable here"
-        tables=lambda wc: claims_tables(str(f) for r in workflow.rules for f in r.output),
+        tables=lambda wc: claims_tables(
+            str(f) for r in workflow.rules for f in r.output
+        ),
     output:
         REPORT_OUTPUTS,
     log:
-        log("report"),
+        logfile("report"),
     conda:
         CONDA_ENV
     params:
@@ -38,7 +40,7 @@ rule report:
         tables=lambda wc, input: (
             f"--tables {' '.join(input.tables)}" if input.tables else ""
         ),
-        out=paths.results(),
+        out=lambda wc, output: Path(output[-1]).parent,  # report.md is the last output
     shell:
         "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
         " {params.ablations} {params.searches} {params.curves} {params.sims} {params.tables} --out {params.out}"

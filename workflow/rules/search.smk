@@ -17,7 +17,7 @@ rule search:
     output:
         directory(path("search")),
     log:
-        log("search", "search"),
+        logfile("search", "search"),
     conda:
         CONDA_ENV
     resources:
@@ -36,7 +36,7 @@ rule retrain:
     output:
         directory(path("retrain")),
     log:
-        log("retrain", "retrain"),
+        logfile("retrain", "retrain"),
     conda:
         CONDA_ENV
     resources:
@@ -57,7 +57,7 @@ rule search_accuracy:
     output:
         path("accuracy"),
     log:
-        log("search_accuracy", "accuracy"),
+        logfile("search_accuracy", "accuracy"),
     conda:
         CONDA_ENV
     resources:
@@ -77,7 +77,7 @@ rule curve:
     output:
         path("curve"),
     log:
-        log("curve", "curve"),
+        logfile("curve", "curve"),
     conda:
         CONDA_ENV
     resources:

@@ -11,7 +11,7 @@ rule simulate:
     output:
         directory(path("sim")),
     log:
-        log("simulate", "sim"),
+        logfile("simulate", "sim"),
     conda:
         CONDA_ENV
     threads: 1

@@ -16,7 +16,7 @@ rule train:
     output:
         directory(path("run")),
     log:
-        log("train", "run"),
+        logfile("train", "run"),
     conda:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)
