@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -89,3 +90,25 @@ def test_lint_and_format_are_clean() -> None:
     fmt = subprocess.run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"], cwd=ROOT,
                          capture_output=True, text=True, check=False)
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+BLOCK_EXTRAS = """
+import sys
+class Block:  # the optional dependencies are not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"pandas", "seaborn", "matplotlib", "snakemake"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_core_runs_without_the_extras_and_a_command_needing_one_names_it(tmp_path: Path) -> None:
+    core = "import naspipe.cli, naspipe.plan.workflow, naspipe.sim, naspipe.runtime.launch; print('ok')"
+    done = subprocess.run([sys.executable, "-c", BLOCK_EXTRAS + core], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    report = ("from naspipe.cli import main; sys.exit(main(['report', '--runs', 'r', '--reproducibility', 'f.json',"
+              f" '--out', {str(tmp_path / 'out')!r}]))")
+    done = subprocess.run([sys.executable, "-c", BLOCK_EXTRAS + report], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "naspipe: error: report needs pandas: pip install 'naspipe[report]'"], done.stderr
+    assert not (tmp_path / "out").exists()

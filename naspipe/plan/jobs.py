@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from naspipe.plan import paths
+
 REFERENCE_SYSTEM = "sequential"  # every comparison is against sequential training on one stage
 ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
     "naspipe": ("csp", "per-subnet"),

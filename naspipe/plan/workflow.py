@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -288,7 +288,9 @@ class Workflow:
         def estimate_of(w: Wildcards) -> Any:
             return self.fitted(rule, w).estimate
 
-        per_stage: Callable[[Wildcards], int] = lambda w: 1 if multi(w) else int(w.stages)  # noqa: E731
+        def per_stage(w: Wildcards) -> int:  # the CPUs of one task: all its stages' threads on one node
+            return 1 if multi(w) else int(w.stages)
+
         return dict(
             gpu=lambda w: int(w.stages) if self.cuda else 0,
             nodes=lambda w: self.nodes(w.stages),
@@ -326,14 +328,15 @@ class Workflow:
 
 
 def report_outputs() -> list[tuple[str, str | None, str | None]]:
-    """``naspipe report``'s files as (path, caption, report category): flagged ones appear in the HTML report."""
-    from naspipe.report.sections import FIGURES, FIGURE_TABLES, TABLES
+    """``naspipe report``'s files as (path, caption, report category): captioned ones appear in the HTML report."""
+    from naspipe.report.sections import FIGURE_TABLES, FIGURES, TABLES
 
-    return ([(paths.path("table", name="claims"), "claims", "Claims"), (paths.path("table_md", name="claims"), None,
-             None)]
-            + [(paths.path("table", name=name), None, None) for name in FIGURE_TABLES]
-            + [(paths.path("table", name=name), name, "Tables") for name in TABLES]
-            + [(paths.path("table_md", name=name), None, None) for name in TABLES]
+    def table(name: str, caption: str | None, category: str = "Tables") -> tuple[str, str | None, str | None]:
+        return paths.path("table", name=name), caption, category if caption else None
+
+    md: list[tuple[str, str | None, str | None]] = [(paths.path("table_md", name=name), None, None) for name in TABLES]
+    return ([table("claims", "claims", "Claims"), (paths.path("table_md", name="claims"), None, None)]
+            + [table(name, None) for name in FIGURE_TABLES] + [table(name, name) for name in TABLES] + md
             + [(paths.path("figure", name=name), name, "Figures") for name in FIGURES]
             + [(paths.results("report.md"), None, None)])
 
