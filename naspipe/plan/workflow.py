@@ -239,6 +239,12 @@ class Workflow:
             args.append(f"--set partition_mode={sim['partition_mode']}")
         return " ".join(args)
 
+    def synthetic_args(self, w: Wildcards) -> str:
+        return datasets.synthetic_args(self.config["datasets"][w.dataset])
+
+    def prepare_input(self, w: Wildcards) -> list[str]:
+        return datasets.prepare_input(w.dataset, self.config["datasets"][w.dataset])
+
     def prepare_workers(self, w: Wildcards) -> int:
         cpus = plan_resources.cpus(self.config, "prepare")
         return datasets.prepare_workers(self.config["datasets"][w.dataset], cpus)

@@ -1,7 +1,5 @@
 """Step 1, prepare: every dataset of the config -> its prepared directory (naspipe prepare ...)."""
 
-from naspipe.plan import datasets
-
 
 rule synthesize:
     output:
@@ -13,14 +11,14 @@ rule synthesize:
     resources:
         **W.fixed_resources("synthesize"),
     params:
-        args=lambda wc: datasets.synthetic_args(config["datasets"][wc.dataset]),
+        args=W.synthetic_args,
     shell:
         "python -m naspipe prepare {params.args} --out {output} > {log} 2>&1"
 
 
 rule prepare:
     input:
-        lambda wc: datasets.prepare_input(wc.dataset, config["datasets"][wc.dataset]),
+        W.prepare_input,
     output:
         directory(path("data")),
     log:
