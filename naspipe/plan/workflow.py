@@ -23,7 +23,7 @@ from naspipe.plan import jobs as plan_jobs
 from naspipe.plan import resources as plan_resources
 from naspipe.plan.checks import ConfigError, check_references
 from naspipe.plan.cost import estimate
-from naspipe.plan.fit import FitError, Fitted, fit_jobs
+from naspipe.plan.fit import Estimator, FitError, Fitted, fit_jobs
 from naspipe.plan.launch import check_local, nodes
 
 # the simulator's calibration tables (workflow/rules/calibrate.smk) that the claims read when present
@@ -81,6 +81,13 @@ def hardware(config: dict[str, Any]) -> str:
     return str(name)
 
 
+def estimator(config: dict[str, Any], spec: str) -> Estimator:
+    """A training job's estimate on ``spec``, partitioned as the workflow will (by profile costs or by config)."""
+    by = "costs" if config.get("partition_costs", "profile") == "profile" else "config"
+    cpu = config.get("device", "cpu") != "cuda"
+    return lambda job: estimate(job.space, job.system, job.stages, config["steps"], job.sets, spec, by, cpu=cpu)
+
+
 def check_simulate(config: dict[str, Any]) -> None:
     """The ``simulate`` block's hardware loads and its largest stage count partitions every space."""
     sim = config.get("simulate")
@@ -120,13 +127,8 @@ class Workflow:
             except UsageError as exc:
                 raise ConfigError("stages", str(exc)) from exc
         check_simulate(config)
-        by = "costs" if config["partition_costs"] == "profile" else "config"
-
-        def one(job: plan_jobs.TrainJob) -> Any:
-            return estimate(job.space, job.system, job.stages, config["steps"], job.sets, spec, by, cpu=not cuda)
-
         try:
-            fitted = fit_jobs(plan_jobs.all_training_jobs(config), one)
+            fitted = fit_jobs(plan_jobs.all_training_jobs(config), estimator(config, spec))
         except FitError as exc:
             raise ConfigError(f"hardware ({spec})" if exc.key == "hardware" else exc.key, str(exc)) from exc
         return cls(config, fitted, launch)
