@@ -14,14 +14,15 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,workflow,report]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # Main job: the default experiment suite (config/config.yaml: embedded data, nlp.tiny and cv.tiny, every
 # system at 1, 2 and 4 stages on CPU) -> results/ (tables, figures, report.md), then the HTML report.
-# The workflow's jobs call `python -m naspipe`, so the venv's bin/ goes first on PATH.
+# The workflow's jobs call `python -m naspipe` (installed in the venv with its workflow and report extras),
+# so the venv's bin/ goes first on PATH.
 artifact: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores all --configfile config/config.yaml
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores 1 --configfile config/config.yaml \

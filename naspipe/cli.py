@@ -104,6 +104,10 @@ def _runner(command: str) -> Callable[[argparse.Namespace], int]:
     return cast(Callable[[argparse.Namespace], int], getattr(importlib.import_module(entry.module), entry.run))
 
 
+# optional dependencies (pyproject.toml extras) -> the extra that installs them; the core imports none
+EXTRAS = {"pandas": "report", "seaborn": "report", "matplotlib": "report", "snakemake": "workflow"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = args_list[0] if args_list and args_list[0] in COMMANDS else None
@@ -112,6 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _runner(args.command)(args)
     except UsageError as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"naspipe: error: {args.command} needs {exc.name}: pip install 'naspipe[{extra}]'", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return _closed_pipe()

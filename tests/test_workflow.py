@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.workflow_dryrun import paper_workdir
+
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_SLURM = ROOT / "tests" / "fake_slurm"
 BIN = Path(sys.executable).parent
@@ -60,29 +62,9 @@ def train_supports_overwrite() -> bool:
     return "--overwrite" not in unknown
 
 
-def test_lint_and_format_are_clean() -> None:
-    lint = snakemake("--lint", "--configfile", str(ROOT / "config" / "config.yaml"))
-    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
-    fmt = subprocess.run(
-        [str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
-
-
 def _paper_workdir(tmp_path: Path) -> Path:
     """A workdir holding (empty) stand-ins for the paper's datasets, which exist-checks need."""
-    for dataset in load("config/paper.yaml")["datasets"].values():
-        for key in ("src", "tgt", "valid_src", "valid_tgt"):
-            if key in dataset:
-                (tmp_path / dataset[key]).parent.mkdir(parents=True, exist_ok=True)
-                (tmp_path / dataset[key]).touch()
-        if "root" in dataset:
-            (tmp_path / dataset["root"]).mkdir(parents=True, exist_ok=True)
-    return tmp_path
+    return paper_workdir(ROOT / "config" / "paper.yaml", tmp_path)
 
 
 def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
@@ -248,7 +230,7 @@ def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`.test/config.yaml` run end to end once in a temporary workdir."""
+    """`.test/config/config.yaml` run end to end once in a temporary workdir."""
     if not train_supports_overwrite():
         pytest.skip("needs `naspipe train --overwrite` (merged from another branch)")
     work = tmp_path_factory.mktemp("tiny")
@@ -265,7 +247,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     tables = sorted((tiny_run / "results" / "tables").glob("*.csv"))
     assert [t.stem for t in tables] == [
         "claims",
-        "fig6_ablation",  # Figure 6's numbers for its claims: no rows, .test/config.yaml has no ablation
+        "fig6_ablation",  # Figure 6's numbers for its claims: no rows, .test/config/config.yaml has no ablation
         "sim_table2_systems",
         "table1_spaces",
         "table2_systems",
@@ -279,7 +261,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     verdict = {(r.space, r.system, int(r.stages)): str(r.identical_to_sequential) for r in table3.itertuples()}
     assert verdict[("nlp.tiny", "csp", 2)] == verdict[("toy", "csp", 2)] == "yes"
     assert verdict[("nlp.tiny", "gpipe", 2)] == "no"
-    assert set(frames["sim_table2_systems"]["system"]) == {"csp", "gpipe"}  # .test/config.yaml's simulate key
+    assert set(frames["sim_table2_systems"]["system"]) == {"csp", "gpipe"}  # .test/config/config.yaml's simulate key
     for figure in ("fig4_loss_vs_time", "fig5_throughput", "fig7_scaling", "sim_fig5_throughput", "sim_fig7_scaling"):
         with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
             image.verify()
@@ -299,7 +281,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
 def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: Path, tmp_path: Path) -> None:
     again = snakemake("-n", "--configfile", str(ROOT / ".test" / "config.yaml"), "--directory", str(tiny_run))
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
-    config = load(".test/config.yaml")
+    config = load(".test/config/config.yaml")
     config["spaces"]["toy"] = {"options": {"blocks": 5}}
     changed = snakemake(
         "-n", "--configfile", str(write_config(tmp_path / "c.yaml", config)), "--directory", str(tiny_run)

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from naspipe.plan import paths
+
 REFERENCE_SYSTEM = "sequential"  # every comparison is against sequential training on one stage
 ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
     "naspipe": ("csp", "per-subnet"),
@@ -34,11 +36,11 @@ class TrainJob:
 
     @property
     def name(self) -> str:
-        return self.out.removeprefix("results/")
+        return self.out.removeprefix(paths.results() + "/")
 
 
 def run_dir(space: str, system: str, stages: int, seed: int) -> str:
-    return f"results/runs/{space}/{system}/D{stages}-seed{seed}"
+    return paths.path("run", space=space, system=system, stages=stages, seed=seed)
 
 
 def reference_run(space: str, seed: int) -> str:
@@ -88,7 +90,7 @@ def ablation_jobs(config: dict[str, Any]) -> list[TrainJob]:
                     f"cache.horizon={ablation.get('horizon', 8)}")
             for stages in ablation.get("stages", []):
                 for seed in config["seeds"]:
-                    out = f"results/ablations/{space}/{variant}/D{stages}-seed{seed}"
+                    out = paths.path("ablation", space=space, variant=variant, stages=stages, seed=seed)
                     jobs.append(TrainJob("ablation", space, system, stages, seed, out, sets))
     return jobs
 

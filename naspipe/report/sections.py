@@ -8,9 +8,11 @@ its name here; the CLI writes its files and ``report.md`` includes it.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from naspipe.report.inputs import ReportInputs
-from naspipe.report.section import Figure, Table
+if TYPE_CHECKING:  # pandas only when sections are built: the workflow reads the file lists below at parse time
+    from naspipe.report.inputs import ReportInputs
+    from naspipe.report.section import Figure, Table
 
 SECTIONS: tuple[str, ...] = (
     "naspipe.report.table1_spaces",
@@ -28,6 +30,30 @@ SECTIONS: tuple[str, ...] = (
     "naspipe.report.sim_fig5",
     "naspipe.report.sim_fig7",
 )
+
+
+# What the sections write, by file stem (the workflow declares them as the report's outputs; a test checks
+# them against what `build_sections` returns): tables/NAME.{csv,md}, figures/NAME.png, and the figures
+# whose numbers a claim reads also as tables/NAME.csv. `claims` (tables/claims.*) comes first, from the CLI.
+TABLES: tuple[str, ...] = (
+    "table1_spaces",
+    "table2_systems",
+    "table3_reproducibility",
+    "table4_access_order",
+    "table5_profile",
+    "sim_table2_systems",
+)
+FIGURES: tuple[str, ...] = (
+    "fig4_loss_vs_time",
+    "fig4_search_score",
+    "fig5_throughput",
+    "fig6_ablation",
+    "fig7_scaling",
+    "fig_search_convergence",
+    "sim_fig5_throughput",
+    "sim_fig7_scaling",
+)
+FIGURE_TABLES: tuple[str, ...] = ("fig6_ablation",)
 
 
 def build_sections(inputs: ReportInputs) -> list[Table | Figure]:

@@ -7,21 +7,21 @@ only by the mechanism. Configured by the `ablation` key (config/README.md); no s
 
 rule ablation:
     input:
-        partition="results/partitions/{space}/D{stages}.json",
-        data=lambda wc: dataset_input(wc.space),
+        partition=path("partition"),
+        data=lambda wc: W.dataset_input(wc.space),
     output:
-        directory("results/ablations/{space}/{variant}/D{stages}-seed{seed}"),
+        directory(path("ablation")),
     log:
-        "results/logs/ablation/{space}/{variant}/D{stages}-seed{seed}.log",
+        logfile("ablation", "ablation"),
     wildcard_constraints:
-        variant="|".join(ABLATION_SYSTEMS),
+        variant="|".join(ablation_variants()),
     conda:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)
     resources:
-        **train_resources("ablation"),
+        **W.train_resources("ablation"),
     params:
-        args=ablation_args,
-        launcher=train_launcher,
+        args=lambda wc: W.train_args(wc, "ablation"),
+        launcher=W.train_launcher,
     shell:
         "{params.launcher} python -m naspipe train {params.args} --overwrite --out {output} > {log} 2>&1"

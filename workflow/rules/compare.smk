@@ -3,12 +3,12 @@
 
 rule compare:
     input:
-        reference=lambda wc: reference_run(wc.space, wc.seed),
-        runs=lambda wc: system_runs(wc.space, wc.system, wc.seed),
+        reference=lambda wc: W.reference_run(wc.space, wc.seed),
+        runs=lambda wc: W.system_runs(wc.space, wc.system, wc.seed),
     output:
-        "results/reproducibility/{space}/{system}-seed{seed}.json",
+        path("reproducibility"),
     log:
-        "results/logs/compare/{space}/{system}-seed{seed}.log",
+        logfile("compare", "reproducibility"),
     conda:
         CONDA_ENV
     shell:

@@ -4,17 +4,19 @@
 rule partition:
     input:
         lambda wc: (
-            [partition_costs(wc)] if config["partition_costs"] == "profile" else []
+            [path("profile", space=wc.space)]
+            if config["partition_costs"] == "profile"
+            else []
         ),
     output:
-        "results/partitions/{space}/D{stages}.json",
+        path("partition"),
     log:
-        "results/logs/partition/{space}/D{stages}.log",
+        logfile("partition", "partition"),
     conda:
         CONDA_ENV
     params:
-        options=lambda wc: set_args(space_options(wc.space, with_data=False)),
-        costs=partition_costs,
+        options=lambda wc: set_args(space_options(config, wc.space, False)),
+        costs=lambda wc: W.partition_costs(wc.space),
     shell:
         "python -m naspipe partition --space {wildcards.space} {params.options} --stages {wildcards.stages}"
         " --costs {params.costs} --out {output} > {log} 2>&1"

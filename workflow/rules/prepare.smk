@@ -1,34 +1,34 @@
-"""Step 1, prepare: every dataset of the config -> results/data/NAME (naspipe prepare ...)."""
+"""Step 1, prepare: every dataset of the config -> its prepared directory (naspipe prepare ...)."""
 
 
 rule synthesize:
     output:
-        temp(directory("results/raw/{dataset}")),
+        temp(directory(path("raw"))),
     log:
-        "results/logs/synthesize/{dataset}.log",
+        logfile("synthesize", "raw"),
     conda:
         CONDA_ENV
     resources:
-        **fixed_resources("synthesize"),
+        **W.fixed_resources("synthesize"),
     params:
-        args=synthetic_args,
+        args=W.synthetic_args,
     shell:
         "python -m naspipe prepare {params.args} --out {output} > {log} 2>&1"
 
 
 rule prepare:
     input:
-        prepare_input,
+        W.prepare_input,
     output:
-        directory("results/data/{dataset}"),
+        directory(path("data")),
     log:
-        "results/logs/prepare/{dataset}.log",
+        logfile("prepare", "data"),
     conda:
         CONDA_ENV
-    threads: lambda wc: prepare_workers(wc)
+    threads: W.prepare_workers
     resources:
-        **fixed_resources("prepare"),
+        **W.fixed_resources("prepare"),
     params:
-        args=prepare_args,
+        args=W.prepare_args,
     shell:
         "python -m naspipe prepare {params.args} --out {output} > {log} 2>&1"

@@ -4,27 +4,27 @@
 rule profile:
     output:
         csv=report(
-            "results/profiles/{space}.csv",
+            path("profile"),
             caption="../report/profile.rst",
             category="Profiles",
         ),
-        table="results/profiles/{space}.md",
+        table=path("profile_table"),
     log:
-        "results/logs/profile/{space}.log",
+        logfile("profile", "profile"),
     conda:
         CONDA_ENV
     threads: 1
     resources:
-        **fixed_resources("profile", 1 if CUDA else 0),
+        **W.fixed_resources("profile", 1 if CUDA else 0),
     params:
         options=lambda wc: set_args(
-            o.removeprefix("space.") for o in space_options(wc.space, with_data=False)
+            o.removeprefix("space.") for o in space_options(config, wc.space, False)
         ),
-        repeats=config["profile"].get("repeats", 3),
-        warmup=config["profile"].get("warmup", 1),
+        repeats=config["profile"]["repeats"],
+        warmup=config["profile"]["warmup"],
         device="cuda" if CUDA else "cpu",
-        gpus=1 if CUDA else 0,
+        launcher=W.with_gpus(),
     shell:
-        "python -m naspipe with-gpus {params.gpus} -- python -m naspipe profile --space {wildcards.space} {params.options}"
+        "{params.launcher} python -m naspipe profile --space {wildcards.space} {params.options}"
         " --device {params.device} --repeats {params.repeats} --warmup {params.warmup} --threads 1 --quiet"
         " --out {output.csv} --table {output.table} > {log} 2>&1"

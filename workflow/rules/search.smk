@@ -12,38 +12,38 @@ subnet sample: Figure 4's score against training time. Each is a one-GPU job run
 
 rule search:
     input:
-        run="results/runs/{space}/{system}/D{stages}-seed{seed}",
-        data=lambda wc: dataset_input(wc.space),
+        run=path("run"),
+        data=lambda wc: W.dataset_input(wc.space),
     output:
-        directory("results/search/{space}/{system}/D{stages}-seed{seed}"),
+        directory(path("search")),
     log:
-        "results/logs/search/{space}/{system}/D{stages}-seed{seed}.log",
+        logfile("search", "search"),
     conda:
         CONDA_ENV
     resources:
-        **search_resources("search"),
+        **W.search_resources("search"),
     params:
-        args=search_args,
-        launcher=one_gpu(),
+        args=W.search_args,
+        launcher=W.with_gpus(),
     shell:
         "{params.launcher} python -m naspipe search --run {input.run} {params.args} --out {output} > {log} 2>&1"
 
 
 rule retrain:
     input:
-        search="results/search/{space}/{system}/D{stages}-seed{seed}",
-        data=lambda wc: dataset_input(wc.space),
+        search=path("search"),
+        data=lambda wc: W.dataset_input(wc.space),
     output:
-        directory("results/retrain/{space}/{system}/D{stages}-seed{seed}"),
+        directory(path("retrain")),
     log:
-        "results/logs/retrain/{space}/{system}/D{stages}-seed{seed}.log",
+        logfile("retrain", "retrain"),
     conda:
         CONDA_ENV
     resources:
-        **search_resources("retrain"),
+        **W.search_resources("retrain"),
     params:
-        args=retrain_args,
-        launcher=one_gpu(),
+        args=W.retrain_args,
+        launcher=W.with_gpus(),
     shell:
         "{params.launcher} python -m naspipe train {params.args} --subnet {input.search}/best.json --overwrite "
         "--out {output} > {log} 2>&1"
@@ -51,20 +51,20 @@ rule retrain:
 
 rule search_accuracy:
     input:
-        run="results/retrain/{space}/{system}/D{stages}-seed{seed}",
-        search="results/search/{space}/{system}/D{stages}-seed{seed}",
-        data=lambda wc: dataset_input(wc.space),
+        run=path("retrain"),
+        search=path("search"),
+        data=lambda wc: W.dataset_input(wc.space),
     output:
-        "results/search/{space}/{system}/D{stages}-seed{seed}.accuracy.csv",
+        path("accuracy"),
     log:
-        "results/logs/search_accuracy/{space}/{system}/D{stages}-seed{seed}.log",
+        logfile("search_accuracy", "accuracy"),
     conda:
         CONDA_ENV
     resources:
-        **search_resources("search_accuracy"),
+        **W.search_resources("search_accuracy"),
     params:
-        args=eval_args,
-        launcher=one_gpu(),
+        args=W.eval_args,
+        launcher=W.with_gpus(),
     shell:
         "{params.launcher} python -m naspipe evaluate --run {input.run} --subnets {input.search}/best.json "
         "{params.args} --out {output} > {log} 2>&1"
@@ -72,19 +72,19 @@ rule search_accuracy:
 
 rule curve:
     input:
-        run="results/runs/{space}/{system}/D{stages}-seed{seed}",
-        data=lambda wc: dataset_input(wc.space),
+        run=path("run"),
+        data=lambda wc: W.dataset_input(wc.space),
     output:
-        "results/curves/{space}/{system}/D{stages}-seed{seed}.csv",
+        path("curve"),
     log:
-        "results/logs/curve/{space}/{system}/D{stages}-seed{seed}.log",
+        logfile("curve", "curve"),
     conda:
         CONDA_ENV
     resources:
-        **search_resources("curve"),
+        **W.search_resources("curve"),
     params:
-        args=curve_args,
-        launcher=one_gpu(),
+        args=W.curve_args,
+        launcher=W.with_gpus(),
     shell:
         "{params.launcher} python -m naspipe evaluate --run {input.run} --every-checkpoint {params.args} "
         "--out {output} > {log} 2>&1"

@@ -9,13 +9,13 @@ need no dataset: the simulator sizes layers from their shapes. A CPU-only job of
 
 rule simulate:
     output:
-        directory("results/sim/{hardware}/{space}/{system}/D{stages}"),
+        directory(path("sim")),
     log:
-        "results/logs/simulate/{hardware}/{space}/{system}/D{stages}.log",
+        logfile("simulate", "sim"),
     conda:
         CONDA_ENV
     threads: 1
     params:
-        args=simulate_args,
+        args=W.simulate_args,
     shell:
         "python -m naspipe simulate {params.args} --overwrite --out {output} > {log} 2>&1"

@@ -11,19 +11,19 @@ Resources and time limits come from naspipe.plan (the simulator's prediction x a
 
 rule train:
     input:
-        partition="results/partitions/{space}/D{stages}.json",
-        data=lambda wc: dataset_input(wc.space),
+        partition=path("partition"),
+        data=lambda wc: W.dataset_input(wc.space),
     output:
-        directory("results/runs/{space}/{system}/D{stages}-seed{seed}"),
+        directory(path("run")),
     log:
-        "results/logs/train/{space}/{system}/D{stages}-seed{seed}.log",
+        logfile("train", "run"),
     conda:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)
     resources:
-        **train_resources("train"),
+        **W.train_resources("train"),
     params:
-        args=train_args,
-        launcher=train_launcher,
+        args=W.train_args,
+        launcher=W.train_launcher,
     shell:
         "{params.launcher} python -m naspipe train {params.args} --overwrite --out {output} > {log} 2>&1"
