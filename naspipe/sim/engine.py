@@ -46,13 +46,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import cast
 
 from naspipe.scheduling.driver import DeadlockError
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
-from naspipe.scheduling.predictor import Event, Predictor
 from naspipe.scheduling.task import Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.sim.layout import SubnetLayers
@@ -141,23 +140,6 @@ def _swapped_layers(plan: PipelinePlan, copies: list[Residency], costs: CostMode
     return swapped
 
 
-_T = TypeVar("_T")
-
-
-def _predictor_log(copy: Residency) -> list[Event] | None:
-    """Where the engine logs stage events for ``copy``'s incremental :class:`Predictor` (None: it has none)."""
-    predictor = getattr(copy, "predictor", None)
-    return predictor.heard if isinstance(predictor, Predictor) else None
-
-
-def _logged(log: list[Event], tag: str, call: Callable[[_T], None]) -> Callable[[_T], None]:
-    """``call``, each argument logged as ``(tag, argument)`` first (for :attr:`Predictor.heard`)."""
-    def logged(argument: _T) -> None:
-        log.append((tag, argument))
-        call(argument)
-    return logged
-
-
 class _Engine:
     """One run's state; :meth:`run` is the hot loop, written flat with locals (see the module docstring).
 
@@ -175,7 +157,6 @@ class _Engine:
         self.blocking = costs.hardware.blocking_send and not costs.free_io
         self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s  # idle after every task
         self.copies = copies
-        self.heard: list[list[Event] | None] = [_predictor_log(c) for c in copies]
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
         self.head, self.tail = window or (n, n)  # subnets traced: y < head or y >= tail
         d = len(policies)
@@ -190,22 +171,14 @@ class _Engine:
         policies, n, d = self.policies, self.n, len(self.policies)
         last = d - 1
         first = policies[0]
-        may_admit = first.may_admit
-        admit: Callable[[int], None] = first.admit
+        may_admit, admit = first.may_admit, first.admit
         next_task = [p.next_task for p in policies]
-        completed: list[Callable[[Task], None]] = [p.completed for p in policies]
-        forward_arrived: list[Callable[[int], None]] = [p.forward_arrived for p in policies]
-        backward_arrived: list[Callable[[int], None]] = [p.backward_arrived for p in policies]
+        completed = [p.completed for p in policies]
+        forward_arrived = [p.forward_arrived for p in policies]
+        backward_arrived = [p.backward_arrived for p in policies]
         table = self.table
         blocks = table.blocks
         copies = self.copies
-        for k, heard in enumerate(self.heard):  # a copy model predicting incrementally hears its policy's events
-            if heard is not None:
-                completed[k] = _logged(heard, "C", completed[k])
-                forward_arrived[k] = _logged(heard, "A", forward_arrived[k])
-                backward_arrived[k] = _logged(heard, "B", backward_arrived[k])
-                if not k:
-                    admit = _logged(heard, "A", admit)
         swap = self.swapped is not None  # VPipe's copies, priced by the table
         generic = not swap and any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
         resident = not swap and not generic
@@ -529,9 +502,6 @@ class _Engine:
         return relayed, reached
 
     def _mirror_arrived(self, k: int, mirror: Mirror) -> None:
-        heard = self.heard[k]
-        if heard is not None:
-            heard.append(("M", mirror.layer))
         self.copies[k].replaced(mirror.layer)
         self.policies[k].mirror_arrived(mirror.layer, mirror.version)
 

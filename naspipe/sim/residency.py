@@ -23,7 +23,7 @@ from typing import Protocol
 from naspipe.context.cache import DeviceCache, Move
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.predictor import Predictor, layer_uses
+from naspipe.scheduling.predictor import layer_uses, predict
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
@@ -135,7 +135,6 @@ class ContextCache:
         self.policy, self.plan, self.costs = policy, plan, costs
         self.horizon = horizon if policy.predictor else 0
         self.end = end
-        self.predictor = Predictor(policy, self.horizon, end)  # the engine logs the policy's events in its heard
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands
         self.wait_s = 0.0
@@ -147,7 +146,7 @@ class ContextCache:
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         self._land(now)
-        upcoming = layer_uses(self.plan, self.predictor.predict(task))
+        upcoming = layer_uses(self.plan, predict(self.policy, self.horizon, self.end, running=task))
         self._perform(self.cache.acquire(layers, upcoming), now)
         self._perform(self.cache.prefetch(upcoming), now)
         ready = max([now, *(self.landing[lid] for lid in layers if lid in self.landing)])
