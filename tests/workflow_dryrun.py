@@ -5,6 +5,10 @@ eye (219 jobs by default, over 2,000 for the paper) misses a changed flag, so th
 
     python tests/workflow_dryrun.py SNAKEFILE CONFIG [--paper] [--digest] [snakemake args...] > jobs.json
 
+``python tests/workflow_dryrun.py --record`` rewrites tests/workflow_dryrun.json from the current
+workflow, for every config it records with the arguments it records: run it after a change that is
+meant to change the plan (a config's steps, spaces or systems), and say so in the commit.
+
 ``--digest`` prints the count and a SHA-256 of the jobs per rule instead of the jobs (what
 tests/workflow_dryrun.json records for the default, CI and paper configs, taken on the workflow
 before it moved to the catalog layout; tests/test_workflow_plan.py checks the workflow still plans them).
@@ -91,7 +95,28 @@ def digest(planned: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+RECORD = Path(__file__).with_name("workflow_dryrun.json")
+
+
+def record() -> int:
+    """Rewrite :data:`RECORD` from today's workflow (same configs, same arguments)."""
+    root = RECORD.parent.parent
+    recorded = json.loads(RECORD.read_text())
+    for config, entry in recorded.items():
+        paper = "--paper" in entry["args"]
+        extra = [a for a in entry["args"] if a != "--paper"]
+        with tempfile.TemporaryDirectory() as tmp:
+            workdir = paper_workdir(root / config, Path(tmp)) if paper else Path(tmp)
+            entry["rules"] = digest(dry_run(root / "workflow" / "Snakefile", root / config, workdir, *extra))
+    tmp_path = RECORD.with_suffix(".json.tmp")
+    tmp_path.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp_path, RECORD)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["--record"]:
+        return record()
     paper, digested = "--paper" in argv, "--digest" in argv
     args = [a for a in argv if a not in ("--paper", "--digest")]
     if len(args) < 2:
