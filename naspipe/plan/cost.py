@@ -75,10 +75,10 @@ def estimate(space: str, system: str, stages: int, steps: int, sets: tuple[str, 
 
 def _simulate(space: str, system: str, stages: int, steps: int, sets: tuple[str, ...], hardware: str,
               partition_by: str, cpu: bool) -> Estimate:
+    from naspipe.commands.simulate import build_setup
     from naspipe.config import load_config
     from naspipe.runtime.job import check_bulk_boundary
     from naspipe.scheduling.policies import POLICIES
-    from naspipe.sim.cli import build_setup
     from naspipe.sim.costs import with_weight_stash
     from naspipe.sim.hardware import load_hardware
     from naspipe.sim.memory import memory_report
