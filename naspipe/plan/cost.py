@@ -20,7 +20,8 @@ from typing import Any
 
 SAMPLE = 64  # subnets simulated for a job's time
 PACKAGE = Path(__file__).resolve().parents[1]
-MODEL_SOURCES = ("sim", "space", "scheduling", "config.py", "partition.py", "context", "runtime/job.py")
+MODEL_SOURCES = ("sim", "space", "scheduling", "config", "partition.py", "context", "runtime/job.py",
+                 "commands/simulate.py")
 
 
 @dataclass(frozen=True)
