@@ -1,4 +1,5 @@
-"""The docs name only commands that exist, and docs/cli.md documents every command as its parser does.
+"""Commands live in one place, the docs name only commands that exist, and docs/cli.md documents
+every command as its parser does.
 
 Why: commands were renamed, moved and added faster than the prose followed (the README once
 called ``commands/`` "train, compare" while a dozen commands lived elsewhere). Here
@@ -106,6 +107,21 @@ def test_every_command_has_a_row_in_the_cli_table() -> None:
 
     rows = set(re.findall(r"^\| `naspipe ([a-z-]+)` \|", CLI_DOC.read_text(encoding="utf-8"), re.M))
     assert rows == set(COMMANDS), f"docs/cli.md table: missing {set(COMMANDS) - rows}, extra {rows - set(COMMANDS)}"
+
+
+def test_every_command_lives_in_naspipe_commands() -> None:
+    """One home, one convention: ``naspipe NAME`` is ``naspipe/commands/NAME.py`` (``-`` as ``_``) with
+    ``add_parser`` and ``run``, and every module there is a registered command."""
+    import importlib
+
+    from naspipe.cli import COMMANDS
+
+    for name, entry in COMMANDS.items():
+        assert entry.module == f"naspipe.commands.{name.replace('-', '_')}", (name, entry.module)
+        module = importlib.import_module(entry.module)
+        assert callable(module.add_parser) and callable(module.run), entry.module
+    files = {p.stem for p in (ROOT / "naspipe" / "commands").glob("*.py") if p.stem != "__init__"}
+    assert files == {name.replace("-", "_") for name in COMMANDS}
 
 
 def test_cli_reference_matches_the_parsers() -> None:
