@@ -86,7 +86,7 @@ def run_config(system: str, args: argparse.Namespace, profile: Path) -> Any:
 
 
 def simulated(config: Any, hardware: Hardware, profiles: dict[bool, Path], out: Path) -> dict[str, Any]:
-    from naspipe.sim.cli import simulate_to
+    from naspipe.commands.simulate import simulate_to
     from naspipe.sim.run import effective_recompute
 
     profile = profiles[effective_recompute(config.system, config.recompute)]
@@ -315,7 +315,7 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
     - ``receiver_busy_s``: from how much longer sends to a computing peer take (see
       :func:`receiver_busy`); at most Python's switch interval in theory, 0 as measured here.
     """
-    from naspipe.sim.cli import build_setup
+    from naspipe.commands.simulate import build_setup
     from naspipe.sim.costs import backward_s, forward_s, stash_s, update_s, with_weight_stash
     from naspipe.sim.run import effective_recompute
 

@@ -32,8 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from naspipe import cli  # noqa: E402
+from naspipe.commands.simulate import build_setup  # noqa: E402
 from naspipe.config import load_config  # noqa: E402
-from naspipe.sim.cli import build_setup  # noqa: E402
 from naspipe.sim.hardware import load_hardware  # noqa: E402
 from naspipe.sim.memory import memory_report  # noqa: E402
 from naspipe.sim.run import effective_recompute  # noqa: E402

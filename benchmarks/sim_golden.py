@@ -125,11 +125,11 @@ def synthetic_profile(structure: Any) -> str:
 
 def observables(case: Case, workdir: Path) -> dict[str, Any]:
     """Everything one configuration's simulation shows, as JSON-ready data."""
+    from naspipe.commands.simulate import build_setup
     from naspipe.config import load_config
     from naspipe.runtime.job import build_job
     from naspipe.scheduling.policies import POLICIES
     from naspipe.sim.bound import longest_path
-    from naspipe.sim.cli import build_setup
     from naspipe.sim.costs import with_weight_stash
     from naspipe.sim.hardware import load_hardware
     from naspipe.sim.memory import memory_report, stage_holdings

@@ -9,13 +9,15 @@ torch, and a command whose module failed to import vanished as "invalid choice".
 anything; ``naspipe NAME ...`` imports NAME's module only (a missing or broken module raises
 its real error) and lets it add its own sub-parser.
 
-Adding a command is one line in :data:`COMMANDS`::
+Every command lives in :mod:`naspipe.commands` (one module per command, named after it) and
+adding one is one line in :data:`COMMANDS`::
 
-    "partition": Command("naspipe.partition_cli", "split a space's positions over D stages"),
+    "partition": Command("naspipe.commands.partition", "split a space's positions over D stages"),
 
 The module provides ``add_parser(sub) -> argparse.ArgumentParser`` (it calls
 ``sub.add_parser(NAME, ...)`` and adds its arguments) and ``run(args) -> int`` (the exit
-status); other function names can be given as ``Command(module, help, add=..., run=...)``.
+status), and nothing else by those names: the command module parses, calls its package's
+library code and returns a status.
 Bad input is reported by raising :class:`naspipe.errors.UsageError`: :func:`main` is the
 one place that turns it into ``naspipe: error: ...`` and exit status 2. Argument errors found
 by argparse itself (``--steps ten``, an invalid choice) get the same one line, without the
@@ -39,12 +41,10 @@ from naspipe.errors import UsageError
 
 
 class Command(NamedTuple):
-    """Where a sub-command lives: its module, its one-line help and its two entry points."""
+    """Where a sub-command lives (its module, with ``add_parser`` and ``run``) and its one-line help."""
 
     module: str
     help: str
-    add: str = "add_parser"
-    run: str = "run"
 
 
 COMMANDS: dict[str, Command] = {
@@ -52,24 +52,23 @@ COMMANDS: dict[str, Command] = {
     "compare": Command(
         "naspipe.commands.compare", "check runs are bitwise identical (exit 0) or report where they diverge (exit 1)"
     ),
-    "prepare": Command("naspipe.data.cli", "prepare datasets (tokenize, binarize, shard)",
-                       add="add_prepare_parser", run="run_prepare"),
-    "profile": Command("naspipe.profile.cli", "measure per-operation compute and copy time of a search space"),
-    "access-order": Command("naspipe.report.access_order", "print one layer's access order per run (paper Table 4)",
-                            add="add_access_order_parser", run="run_access_order"),
-    "partition": Command("naspipe.partition_cli", "write a balanced static partition of a space over D stages"),
-    "reproducibility": Command("naspipe.report.reproducibility",
+    "prepare": Command("naspipe.commands.prepare", "prepare datasets (tokenize, binarize, shard)"),
+    "profile": Command("naspipe.commands.profile", "measure per-operation compute and copy time of a search space"),
+    "access-order": Command("naspipe.commands.access_order", "print one layer's access order per run (paper Table 4)"),
+    "partition": Command("naspipe.commands.partition", "write a balanced static partition of a space over D stages"),
+    "reproducibility": Command("naspipe.commands.reproducibility",
                                "write per-run verdicts against the sequential reference as JSON (exit 0)"),
-    "report": Command("naspipe.report.cli", "regenerate the paper's tables, figures and report.md from runs"),
+    "report": Command("naspipe.commands.report", "regenerate the paper's tables, figures and report.md from runs"),
     "evaluate": Command("naspipe.commands.evaluate",
                         "score subnets with a trained supernet's weights on held-out data"),
     "search": Command("naspipe.commands.search", "evolutionary or random search over a trained supernet"),
-    "simulate": Command("naspipe.sim.cli", "simulate a run on a hardware spec (the same policies in simulated time)"),
+    "simulate": Command("naspipe.commands.simulate",
+                        "simulate a run on a hardware spec (the same policies in simulated time)"),
     "calibrate": Command("naspipe.commands.calibrate", "fit a testbed spec to the paper's Exec column"),
     "attribute": Command("naspipe.commands.attribute", "attribute the paper's speedup to the artifact's factors"),
     "bubble-models": Command("naspipe.commands.bubble_models", "the paper's bubble column against pipeline models"),
     "claims": Command("naspipe.commands.claims", "check the paper's claims against a results tree's tables"),
-    "with-gpus": Command("naspipe.gpus", "claim N free GPUs (lock files), then run a command on them"),
+    "with-gpus": Command("naspipe.commands.with_gpus", "claim N free GPUs (lock files), then run a command on them"),
     "plan": Command("naspipe.commands.plan", "a workflow config's cost: jobs, GPU-hours, memory per job, disk"),
 }
 
@@ -92,7 +91,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, entry in COMMANDS.items():
         if name == command:
-            add = getattr(importlib.import_module(entry.module), entry.add)
+            add = importlib.import_module(entry.module).add_parser
             add(sub)
         else:
             sub.add_parser(name, help=entry.help)
@@ -101,7 +100,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _runner(command: str) -> Callable[[argparse.Namespace], int]:
     entry = COMMANDS[command]
-    return cast(Callable[[argparse.Namespace], int], getattr(importlib.import_module(entry.module), entry.run))
+    return cast(Callable[[argparse.Namespace], int], importlib.import_module(entry.module).run)
 
 
 # optional dependencies (pyproject.toml extras) -> the extra that installs them; the core imports none

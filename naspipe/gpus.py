@@ -11,17 +11,17 @@ other's halves.
 The command is started with ``exec`` and inherits the lock descriptors, so the devices stay
 claimed exactly as long as the command runs. With no CUDA device on the machine nothing is
 claimed and the command runs unchanged (on CPU); with N = 0 it runs with no device visible.
+The command itself (flags, ``exec``) is :mod:`naspipe.commands.with_gpus`; this module is the
+locking.
 """
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import getpass
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -116,66 +116,3 @@ def release(held: dict[str, int]) -> None:
     for fd in held.values():
         os.close(fd)
     held.clear()
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "with-gpus",
-        usage="naspipe with-gpus [options] N -- CMD ...",
-        help="claim N free GPUs (lock files), set CUDA_VISIBLE_DEVICES, run a command",
-        description=__doc__.splitlines()[0],
-    )
-    p.add_argument("count", type=int, metavar="N", help="GPUs to claim (0: run with no GPU visible)")
-    p.add_argument("--devices", help="comma-separated device ids to choose from (default: CUDA_VISIBLE_DEVICES or all)")
-    p.add_argument(
-        "--lock-dir", type=Path, help=f"lock file directory (default: ${LOCK_DIR_ENV} or a per-user tmp dir, "
-        "which must be owned by you; a directory you name may be shared on purpose and is not checked)"
-    )
-    p.add_argument("--timeout", type=float, help="seconds to wait for free devices (default: forever)")
-    p.add_argument(
-        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run (options go before N)"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Claim, export ``CUDA_VISIBLE_DEVICES``, and ``exec`` the command (which inherits the locks)."""
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise UsageError("with-gpus: no command given (usage: naspipe with-gpus N -- CMD ...)")
-    if args.count < 0:
-        raise UsageError(f"with-gpus: N must be >= 0, got {args.count}")
-    devices = args.devices.split(",") if args.devices else visible_devices()
-    env = dict(os.environ)
-    if args.count == 0:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    elif not devices:
-        print(f"naspipe with-gpus: no CUDA device here; running on CPU without claiming {args.count}", file=sys.stderr)
-    else:
-        held = claim(args.count, devices, args.lock_dir or default_lock_dir(), args.timeout)
-        for fd in held.values():
-            os.set_inheritable(fd, True)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(held)
-        print(f"naspipe with-gpus: claimed {env['CUDA_VISIBLE_DEVICES']}", file=sys.stderr, flush=True)
-    try:
-        os.execvpe(cmd[0], cmd, env)
-    except OSError as exc:
-        raise UsageError(f"with-gpus: cannot run {cmd[0]!r}: {exc.strerror}") from None
-    return 127  # not reached: exec replaces this process
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry (``python -m naspipe.gpus``), cheaper to start than the full CLI."""
-    from naspipe.cli import OneLineParser
-
-    parser = OneLineParser(prog="naspipe")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["with-gpus", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return run(args)
-    except UsageError as exc:
-        print(f"naspipe: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from naspipe.cli import main
+from naspipe.commands.prepare import add_parser as add_prepare_parser
+from naspipe.commands.prepare import run as run_prepare
 from naspipe.data import DataError, load_meta
-from naspipe.data.cli import add_prepare_parser, run_prepare
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SAMPLE = SHARED / "fairseq-bin-multi30k-sample"

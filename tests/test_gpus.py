@@ -29,7 +29,7 @@ def _claimer(lock_dir: Path, count: int, log: Path, hold_s: float) -> subprocess
     cmd = [
         sys.executable,
         "-m",
-        "naspipe.gpus",
+        "naspipe.commands.with_gpus",
         "--devices",
         ",".join(DEVICES),
         "--lock-dir",
@@ -100,7 +100,7 @@ def test_no_cuda_runs_the_command_on_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     script = f"import os; open({str(out)!r}, 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])"
     done = subprocess.run(
-        [sys.executable, "-m", "naspipe.gpus", "2", "--", sys.executable, "-c", script],
+        [sys.executable, "-m", "naspipe.commands.with_gpus", "2", "--", sys.executable, "-c", script],
         check=False,
         cwd=ROOT,
         env=env,

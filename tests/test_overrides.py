@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from naspipe.commands.profile import space_options
 from naspipe.config import load_config, parse_override
 from naspipe.errors import UsageError
-from naspipe.profile.cli import space_options
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from naspipe.cli import main
+from naspipe.commands.profile import space_options
 from naspipe.errors import UsageError
 from naspipe.profile import (
     FIELDS,
@@ -19,7 +20,6 @@ from naspipe.profile import (
     render_table5,
     write_profile_csv,
 )
-from naspipe.profile.cli import space_options
 from naspipe.space import make_space
 from naspipe.space.ops.seq import SEQ_OPS
 

@@ -164,8 +164,8 @@ def test_optimizer_slots_follow_torch():
 def test_the_simulated_cache_budget_and_layers_equal_the_runtimes(tmp_path, optimizer):
     """One tiny per-subnet run on this CPU: the runtime's cache budget per stage (sized from real modules)
     equals the simulator's (from shapes), and the simulator's stage layers are the runtime's."""
+    from naspipe.commands.simulate import build_setup
     from naspipe.runtime.job import build_job
-    from naspipe.sim.cli import build_setup
 
     sets = ["space.blocks=6", "space.candidates=3", "space.dim=16", "space.seq_len=8", "partition_mode=per-subnet",
             "cache.enabled=true", "cache.budget=1.5x", *optimizer]

@@ -20,7 +20,8 @@ from typing import Any
 
 SAMPLE = 64  # subnets simulated for a job's time
 PACKAGE = Path(__file__).resolve().parents[1]
-MODEL_SOURCES = ("sim", "space", "scheduling", "config.py", "partition.py", "context", "runtime/job.py")
+MODEL_SOURCES = ("sim", "space", "scheduling", "config", "partition.py", "context", "runtime/job.py",
+                 "commands/simulate.py")
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,10 @@ def estimate(space: str, system: str, stages: int, steps: int, sets: tuple[str, 
 
 def _simulate(space: str, system: str, stages: int, steps: int, sets: tuple[str, ...], hardware: str,
               partition_by: str, cpu: bool) -> Estimate:
+    from naspipe.commands.simulate import build_setup
     from naspipe.config import load_config
     from naspipe.runtime.job import check_bulk_boundary
     from naspipe.scheduling.policies import POLICIES
-    from naspipe.sim.cli import build_setup
     from naspipe.sim.costs import with_weight_stash
     from naspipe.sim.hardware import load_hardware
     from naspipe.sim.memory import memory_report

@@ -6,12 +6,11 @@ subnet's ``F``/``B`` pair comes before the next user's, in subnet order, at ever
 count; under BSP (GPipe, VPipe) the users of a bulk interleave (``2F-5F-5B-2B``) and all
 read one version; under ASP (PipeDream) the interleaving follows 1F1B.
 
-    naspipe access-order RUN_DIR [RUN_DIR ...] [--layer L] [--limit N]
+The command that prints it, ``naspipe access-order``, is :mod:`naspipe.commands.access_order`.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from dataclasses import dataclass
@@ -124,16 +123,3 @@ def render_table(runs: list[RunAccess], layer: int | None = None, limit: int | N
     lines = [f"Table 4: access order of layer {layer} ({op})"]
     lines += [f"{r.label:<{width}}  {order_row(r, layer, limit)}" for r in runs]
     return "\n".join(lines)
-
-
-def add_access_order_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("access-order", help="print one layer's access order per run (paper Table 4)",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", type=Path, help="run directories")
-    p.add_argument("--layer", type=int, help="layer id (default: the first run's most used layer)")
-    p.add_argument("--limit", type=int, help="show at most N accesses per run")
-
-
-def run_access_order(args: argparse.Namespace) -> int:
-    print(render_table([read_access(p) for p in args.runs], args.layer, args.limit))
-    return 0

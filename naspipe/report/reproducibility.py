@@ -14,27 +14,14 @@ report can refuse it once those files change.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 from naspipe.compare import RunRecord, compare_pair, read_run
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_json
 from naspipe.report.runinfo import RunInfo, read_run_info
 
 SHOWN_LAYERS = 5
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "reproducibility",
-        help="compare runs with the sequential reference and write the verdict as JSON",
-        description=__doc__.splitlines()[0],
-    )
-    p.add_argument("reference", type=Path, help="the sequential D=1 run of the same space and seed")
-    p.add_argument("runs", nargs="+", type=Path, help="run directories to compare with it")
-    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
 
 
 def first_divergence(ref: RunRecord, run: RunRecord) -> dict[str, Any] | None:
@@ -89,12 +76,3 @@ def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
         "runs": entries,
         "identical_all": all(e["identical"] for e in entries),
     }
-
-
-def run(args: argparse.Namespace) -> int:
-    data = build(args.reference, args.runs)
-    atomic_write_json(args.out, data)
-    for e in data["runs"]:
-        verdict = "IDENTICAL" if e["identical"] else f"DIFFERENT (first divergence {e['first_divergence']})"
-        print(f"{e['system']} D={e['stages']} seed={e['seed']}: {verdict}")
-    return 0

@@ -43,7 +43,7 @@ def scenario_config(s: Scenario) -> dict[str, Any]:
 
 def simulate_scenario(s: Scenario, hardware: Hardware) -> dict[str, Any]:
     """The simulator's metrics of ``s`` on ``hardware`` (``metrics.json``'s keys)."""
-    from naspipe.sim.cli import build_setup
+    from naspipe.commands.simulate import build_setup
     from naspipe.sim.run import simulate_run
 
     setup = build_setup(config_from_dict(scenario_config(s)), hardware, s.costs, partition_by="costs")

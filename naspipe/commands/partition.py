@@ -21,8 +21,8 @@ from naspipe.partition import balanced_partition
 from naspipe.partition_file import PartitionFile, write_partition_file
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
         "partition",
         help="compute a balanced static partition and write it as JSON",
         description=__doc__.splitlines()[0],
@@ -40,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--costs", default="params", help="'params', 'uniform' or a profile CSV (naspipe profile)")
     p.add_argument("--shared-policy", default="frozen", choices=("frozen", "causal"))
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    return p
 
 
 def compute(

@@ -1,8 +1,8 @@
-"""The ``naspipe prepare ...`` subcommands.
+"""``naspipe prepare DATASET ...``: the dataset preparation sub-commands.
 
-The top-level ``naspipe`` CLI (:mod:`naspipe.cli`) mounts these with ``add_prepare_parser``
-and calls ``run_prepare``; DataError (a UsageError) propagates so that its one handler
-prints one ``naspipe: error: ...`` line.
+The top-level ``naspipe`` CLI (:mod:`naspipe.cli`) mounts these with :func:`add_parser` and
+calls :func:`run`; the work itself is in :mod:`naspipe.data`. DataError (a UsageError)
+propagates so that its one handler prints one ``naspipe: error: ...`` line.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import DataError
-from .fairseq_dir import prepare_fairseq
-from .images import prepare_images
-from .synthetic import make_synthetic_images, make_synthetic_translation
-from .wmt import prepare_wmt
+from naspipe.data.errors import DataError
+from naspipe.data.fairseq_dir import prepare_fairseq
+from naspipe.data.images import prepare_images
+from naspipe.data.synthetic import make_synthetic_images, make_synthetic_translation
+from naspipe.data.wmt import prepare_wmt
 
 
-def add_prepare_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``prepare {wmt,fairseq,imagenet,synthetic-translation,synthetic-images}``."""
     prepare = subparsers.add_parser("prepare", help="prepare datasets (tokenize, binarize, shard)")
-    prepare.set_defaults(func=run_prepare)
+    prepare.set_defaults(func=run)
     commands = prepare.add_subparsers(dest="prepare_command", metavar="DATASET", required=True)
     _add_wmt(commands)
     _add_fairseq(commands)
@@ -93,7 +93,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def run_prepare(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the chosen ``prepare`` command; print a one-line summary; return 0 (DataError propagates)."""
     handlers: dict[str, Callable[[argparse.Namespace], str]] = {
         "wmt": _run_wmt,

@@ -20,9 +20,10 @@ from pathlib import Path
 from naspipe.fsutil import atomic_write_bytes, atomic_write_text
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="write the paper's tables, figures and report.md from run directories",
-                       description=__doc__.splitlines()[0])
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "report", help="write the paper's tables, figures and report.md from run directories",
+        description=__doc__.splitlines()[0])
     # action="extend": each flag takes one or more values and may also be repeated
     p.add_argument("--runs", nargs="+", action="extend", type=Path, required=True, metavar="DIR",
                    help="run directories")
@@ -44,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "bubble_models.csv)")
     p.add_argument("--claims", type=Path, default=None, help="a claims ledger (default: the package's)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
+    return p
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,77 @@
+"""Range checks of a built config: every value in its range before anything runs.
+
+Types are checked while loading (:mod:`naspipe.config.loading`); what is checked here needs
+the whole config (a cache needs recompute and a cache-capable system, per-subnet partitions
+need a mirroring system) or a value's range, so a bad one is one line naming the key, not a
+stage traceback.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from naspipe.config.schema import Config
+from naspipe.errors import UsageError
+
+
+def cache_budget_ok(budget: str) -> bool:
+    text = budget.strip().lower()
+    try:
+        value = float(text[:-1]) if text.endswith("x") else int(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0
+
+
+# per-subnet partitions: the systems that mirror layers
+MIRROR_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
+# the context manager (host store + device cache): the csp family, and the sequential reference for a
+# supernet too large for one device (it is still the reference: bitwise the same as without the cache)
+CACHE_SYSTEMS = (*MIRROR_SYSTEMS, "sequential")
+
+
+def _check_ranges(config: Config) -> None:
+    """Every value in its range before anything runs, so a bad one is one line, not a stage traceback."""
+    o = config.optimizer
+    checks = [
+        ("stages", config.stages >= 1, "must be >= 1"),
+        ("steps", config.steps >= 1, "must be >= 1"),
+        ("max_inflight", config.max_inflight >= 0, "must be >= 0"),
+        ("shared_window", config.shared_window >= 1, "must be >= 1"),
+        ("bulk_size", config.bulk_size >= 0, "must be >= 0"),
+        ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),
+        ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),
+        ("trace_max_events", config.trace_max_events >= 0, "must be >= 0"),
+        ("threads", config.threads >= 1, "must be >= 1"),
+        ("timeout_s", _finite(config.timeout_s) and config.timeout_s > 0, "must be a finite number > 0"),
+        ("optimizer.lr", _finite(o.lr) and o.lr > 0, "must be a finite number > 0"),
+        ("optimizer.momentum", _finite(o.momentum) and 0 <= o.momentum <= 1, "must be in [0, 1]"),
+        ("optimizer.weight_decay", _finite(o.weight_decay) and o.weight_decay >= 0, "must be a finite number >= 0"),
+        ("optimizer.betas", all(_finite(b) and 0 <= b < 1 for b in o.betas), "must be two numbers in [0, 1)"),
+        ("optimizer.eps", _finite(o.eps) and o.eps > 0, "must be a finite number > 0"),
+        ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
+        ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
+        ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
+        ("partition_mode", config.partition_mode == "static" or config.system in MIRROR_SYSTEMS,
+         f"per-subnet needs system {' or '.join(MIRROR_SYSTEMS)}"),
+        ("cache.enabled", not config.cache.enabled or config.recompute,
+         "needs recompute=true (without it every in-flight subnet's layers stay pinned by its saved activations)"),
+        ("cache.enabled", not config.cache.enabled or config.system in CACHE_SYSTEMS,
+         f"needs system {' or '.join(CACHE_SYSTEMS)}"),
+    ]
+    for key, ok, why in checks:
+        if not ok:
+            value = config.space.get("name") if key == "space.name" else _get(config, key)
+            raise UsageError(f"config key {key!r}: {value!r} {why}")
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
+
+
+def _get(config: Config, key: str) -> Any:
+    node: Any = config
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
