@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
+from naspipe import systems
 from naspipe.errors import UsageError
 from naspipe.yamlio import load_unique, read_yaml
 
@@ -291,11 +292,11 @@ def _scalar(hint: Any, value: Any, key: str) -> Any:
     raise UsageError(f"config key {key!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}")
 
 
-# per-subnet partitions: the systems that mirror layers
-MIRROR_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
-# the context manager (host store + device cache): the csp family, and the sequential reference for a
-# supernet too large for one device (it is still the reference: bitwise the same as without the cache)
-CACHE_SYSTEMS = (*MIRROR_SYSTEMS, "sequential")
+# per-subnet partitions: the systems that mirror layers; the context manager (host store + device cache):
+# the systems that may use it. Both are the policies' capabilities (naspipe.systems, which new code asks);
+# the two names stay importable from here for one release.
+MIRROR_SYSTEMS = systems.with_capability("mirroring")
+CACHE_SYSTEMS = systems.with_capability("uses_cache")
 
 
 def _check_ranges(config: Config) -> None:

@@ -28,7 +28,7 @@ from naspipe.seeding import rng_for
 
 from .errors import DataError
 from .indexed import IndexedDataset
-from .meta import resolve_translation_dir
+from .fairseq_dir import resolve_translation_dir
 
 B = TypeVar("B")
 

@@ -37,12 +37,13 @@ from naspipe.config import Config
 from naspipe.determinism import check_threads, make_deterministic
 from naspipe.errors import UsageError
 from naspipe.fsutil import no_space
+from naspipe.runplan import runlock
+from naspipe.runplan.job import Job, build_job, check_bulk_boundary
+from naspipe.runplan.rundir import RunDir
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime import faults, lifecycle, memory, rundir, runlock
-from naspipe.runtime.job import Job, build_job, check_bulk_boundary
+from naspipe.runtime import faults, lifecycle, memory, rundir
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
-from naspipe.runtime.rundir import RunDir
 from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
 from naspipe.runtime.worker import StageWorker
 from naspipe.space import make_space
