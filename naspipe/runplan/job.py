@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from naspipe import systems
 from naspipe.config import Config
@@ -42,6 +42,11 @@ class Job:
         return PolicyOptions(max_inflight=self.config.inflight_limit, bulk_size=self.config.bulk,
                              shared_window=self.config.shared_window)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """The job is sent whole to spawned stage processes, which then neither build the space nor partition
+        again. The plan's lookup caches do not pickle: it is rejoined from its parts (no search runs)."""
+        return _rejoin, (self.config, self.space, self.stream, self.partition, self.plan.layer_costs)
+
     def stage_layer_ids(self, stage: int) -> list[int]:
         """Every layer (all candidates of its blocks) that lives on ``stage``: its home layers, and with
         per-subnet partitions also every layer a subnet of the run places there (built from (seed, id))."""
@@ -50,6 +55,11 @@ class Job:
             for subnet in range(self.config.steps):
                 home.update(self.plan.stage_layers(subnet, stage))
         return sorted(home)
+
+
+def _rejoin(config: Config, space: SearchSpace, stream: SubnetStream, partition: Partition,
+            layer_costs: Sequence[float] | None) -> Job:
+    return Job(config, space, stream, partition, PipelinePlan(space.structure, partition, stream, layer_costs))
 
 
 def build_space(config: Config) -> SearchSpace:

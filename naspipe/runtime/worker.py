@@ -55,8 +55,8 @@ class StageWorker:
         self.run_dir, self.barrier, self.progress = run_dir, barrier, progress
         config = job.config
         self.steps = config.steps
-        self.is_last = stage == job.plan.num_stages - 1
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
+        self.is_last = self.policy.is_last  # decided once, by the policy (the stage of the loss)
         self.needs = systems.get(config.system)
         self.recompute = effective_recompute(config.system, config.recompute)
         self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
