@@ -20,7 +20,7 @@ from typing import Any
 
 SAMPLE = 64  # subnets simulated for a job's time
 PACKAGE = Path(__file__).resolve().parents[1]
-MODEL_SOURCES = ("sim", "space", "scheduling", "config.py", "partition.py", "context", "runtime/job.py")
+MODEL_SOURCES = ("sim", "space", "scheduling", "config.py", "partition.py", "context", "runplan", "systems.py")
 
 
 @dataclass(frozen=True)
