@@ -49,12 +49,13 @@ def test_a_local_run_builds_its_job_partition_and_space_once(tmp_path: Path, mon
     (before issue 19 the memory check built a second one, and each spawned stage a job of its own)."""
     counts: Counter[str] = Counter()
     monkeypatch.setattr(launch, "build_job", _counting(counts, "job", launch.build_job))
+    monkeypatch.setattr(launch, "build_space", _counting(counts, "space built", launch.build_space))
     monkeypatch.setattr(job_module, "balanced_partition", _counting(counts, "partition", job_module.balanced_partition))
     make_space = _counting(counts, "space", naspipe.space.registry.make_space)
     monkeypatch.setattr(naspipe.space.registry, "make_space", make_space)
     monkeypatch.setattr(naspipe.space, "make_space", make_space, raising=False)
     assert launch.train(_config(1, "progress=off", "device=cpu"), tmp_path / "run") is not None
-    assert counts == {"job": 1, "partition": 1, "space": 1}
+    assert counts == {"job": 1, "partition": 1, "space": 1, "space built": 1}
 
 
 def test_the_stage_counts_meet_in_one_check() -> None:

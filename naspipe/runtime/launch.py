@@ -39,7 +39,7 @@ from naspipe.determinism import check_threads, make_deterministic
 from naspipe.errors import UsageError
 from naspipe.fsutil import no_space
 from naspipe.runplan import runlock
-from naspipe.runplan.job import Job, build_job, check_bulk_boundary
+from naspipe.runplan.job import Job, build_job, build_space, check_bulk_boundary
 from naspipe.runplan.rundir import RunDir
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime import faults, lifecycle, memory, rundir
@@ -47,6 +47,7 @@ from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
 from naspipe.runtime.worker import StageWorker
+from naspipe.space.base import SearchSpace
 
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
@@ -97,9 +98,10 @@ def cluster_rank() -> Rank | None:
 def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: bool = False) -> dict[str, Any] | None:
     """Run training; returns the metrics on the process that published the outputs."""
     place = cluster_rank()
-    job = build_job(config)  # validates everything before any process starts or file is written; built once
+    space = build_space(config)  # no layer is built yet
+    _check_memory(config, space, place)  # before the partition sizes every layer: name the one that cannot fit
+    job = build_job(config, space)  # validates everything before any process starts or file is written; built once
     _check_stage_count(job, place)
-    _check_memory(job, place)
     owner = place is None or place.rank == 0  # the process that holds the run's lock and publishes it
     if owner:  # a live run first: name it, whatever else is wrong
         runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)
@@ -201,13 +203,13 @@ def _check_stage_count(job: Job, place: Rank | None) -> None:
         raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
 
 
-def _check_memory(job: Job, place: Rank | None) -> None:
+def _check_memory(config: Config, space: SearchSpace, place: Rank | None) -> None:
     """Refuse layers that cannot fit (one line naming the layer) before any is built."""
     try:
-        device = stage_device(job.config, place.local_rank if place else 0)
+        device = stage_device(config, place.local_rank if place else 0)
     except UsageError:
         return  # no CUDA: _check_before_creating says so, after a live run is named
-    memory.check_fits(job.space, job.config.optimizer, device, all_stages_here=place is None)
+    memory.check_fits(space, config.optimizer, device, all_stages_here=place is None)
 
 
 def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, Any] | None:
