@@ -471,7 +471,7 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
                                ("output",))
     info = [LayerInfo(1_000_000 + 1000 * (lid % 7), 2e7 * (1 + lid % 3), 65536.0, 262144.0)
             for lid in range(structure.num_layers)]
-    costs = analytic_costs(info, load_hardware("rtx2080ti-pcie3-40gbe"), 32, "sgd")
+    costs = analytic_costs(info, load_hardware("rtx2080ti-pcie3-40gbe"), 32, 1)
     options = PolicyOptions(max_inflight=2 * d, bulk_size=d)
     out: dict[str, Any] = {"stages": d, "subnets": n, "repeats": args.repeats, "systems": {}}
     print(f"{d} stages x {n} subnets, {args.repeats} repeat(s), one process; load average {os.getloadavg()[0]:.2f}")

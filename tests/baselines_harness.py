@@ -21,7 +21,7 @@ import torch
 
 from naspipe.config import Config, load_config
 from naspipe.determinism import make_deterministic
-from naspipe.runtime.job import Job, build_job
+from naspipe.runplan.job import Job, build_job
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import Transport

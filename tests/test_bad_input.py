@@ -93,7 +93,7 @@ CASES = [
     Case("cache-budget", train("--set", "cache.budget=lots"), "'cache.budget': 'lots'"),
     Case("cache-budget-0", train("--set", "cache.budget=0x"), "'cache.budget': '0x'"),
     Case("cache-horizon<0", train("--set", "cache.horizon=-1"), "'cache.horizon': -1"),
-    Case("cache-system", train("--system", "gpipe", "--set", "cache.enabled=true"), "needs system csp"),
+    Case("cache-system", train("--system", "gpipe", "--set", "cache.enabled=true"), "needs system sequential or csp"),
     Case("per-subnet-system", train("--system", "gpipe", "--set", "partition_mode=per-subnet"), "per-subnet needs"),
     Case("per-subnet-mode", train("--set", "partition_mode=dynamic"), "'dynamic'"),
     Case("cache-recompute", train("--set", "cache.enabled=true", "--set", "recompute=false"), "needs recompute=true"),

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from naspipe import systems
 from naspipe.cli import main as cli_main
 from naspipe.compare import compare_runs, read_run
 from naspipe.config import OptimizerConfig, load_config
 from naspipe.errors import UsageError
 from naspipe.report.access_order import read_access, render_table
+from naspipe.runplan.job import build_job
 from naspipe.runtime.executor import StageExecutor
-from naspipe.runtime.job import build_job
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.swap import HostSwapper
-from naspipe.runtime.worker import RuntimeNeeds
 from naspipe.scheduling import PolicyOptions, make_policy
 from naspipe.scheduling.driver import drive
 from naspipe.space import make_space
@@ -163,13 +163,18 @@ def test_threads_match_spawned_gloo_runs(runs, tmp_path):
 
 
 def test_runtime_needs_of_each_system():
+    """What each policy asks of the executors, as the registry reads it from the policy (the worker's source)."""
     plan = make_plan(4, 2, 2)
-    needs = {s: RuntimeNeeds.of(make_policy(s, 0, plan, PolicyOptions())) for s in
-             ("sequential", "csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler")}
-    assert needs["csp"] == needs["sequential"] == needs["csp-no-scheduler"] == RuntimeNeeds()
-    assert needs["gpipe"] == RuntimeNeeds(stash_gradients=True, bulk_synchronous=True)
-    assert needs["vpipe"] == RuntimeNeeds(stash_gradients=True, swap_parameters=True, bulk_synchronous=True)
-    assert needs["pipedream"] == RuntimeNeeds(stash_gradients=True, stash_weights=True, recompute=False)
+    keys = ("stash_gradients", "stash_weights", "recompute", "swap_parameters", "bulk_synchronous")
+    needs = {s: {k: getattr(systems.get(s), k) for k in keys} for s in systems.names()}
+    for s in needs:  # the registry reads the very attributes a live policy has
+        assert needs[s] == {k: getattr(make_policy(s, 0, plan, PolicyOptions()), k) for k in keys}
+    none = {"stash_gradients": False, "stash_weights": False, "recompute": None, "swap_parameters": False,
+            "bulk_synchronous": False}
+    assert needs["csp"] == needs["sequential"] == needs["csp-no-scheduler"] == none
+    assert needs["gpipe"] == {**none, "stash_gradients": True, "bulk_synchronous": True}
+    assert needs["vpipe"] == {**none, "stash_gradients": True, "swap_parameters": True, "bulk_synchronous": True}
+    assert needs["pipedream"] == {**none, "stash_gradients": True, "stash_weights": True, "recompute": False}
 
 
 def test_bsp_checkpoints_must_fall_on_bulk_boundaries(tmp_path):

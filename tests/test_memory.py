@@ -9,8 +9,8 @@ import torch
 
 from naspipe.config import OptimizerConfig, load_config
 from naspipe.errors import UsageError
+from naspipe.runplan.job import build_job
 from naspipe.runtime import memory
-from naspipe.runtime.job import build_job
 from naspipe.space import make_space
 
 

@@ -11,7 +11,7 @@ from naspipe.cli import main as cli_main
 from naspipe.config import load_config
 from naspipe.partition import balanced_partition
 from naspipe.partition_file import read_partition_file
-from naspipe.runtime.job import build_job, position_costs
+from naspipe.runplan.job import build_job, position_costs
 from tests.baselines_harness import SMALL
 
 SPACE_SETS = [a for s in SMALL if s.startswith("space.") for a in ("--set", s)]

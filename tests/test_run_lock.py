@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from naspipe.cli import main
+from naspipe.runplan import runlock
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime import lifecycle, runlock
+from naspipe.runtime import lifecycle
 from tests.conftest import ROOT
 from tests.test_lifecycle import SMALL, complete_checkpoints, wait_until
 
@@ -34,7 +35,7 @@ def test_the_lock_names_its_holder_and_is_removed_when_released(tmp_path: Path) 
     assert runlock.holder(work) is None and not list(tmp_path.iterdir())  # looking creates nothing
     with runlock.hold(work, tmp_path / "run"):
         assert runlock.holder(work) == os.getpid()
-        probe = [sys.executable, "-c", "import sys; from pathlib import Path; from naspipe.runtime import runlock; "
+        probe = [sys.executable, "-c", "import sys; from pathlib import Path; from naspipe.runplan import runlock; "
                  "runlock.refuse_if_held(Path(sys.argv[1]), Path('run'))", str(work)]
         refused = subprocess.run(probe, cwd=ROOT, capture_output=True, text=True, check=False)
         assert refused.returncode != 0 and f"another run (pid {os.getpid()})" in refused.stderr

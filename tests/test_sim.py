@@ -57,7 +57,7 @@ def test_importing_the_simulator_does_not_import_torch():
 @pytest.mark.parametrize("bulk", [1, 2, 4, 5])
 def test_gpipe_with_uniform_costs_has_the_textbook_bubble(stages, bulk):
     plan = make_plan(stages)
-    costs = uniform_costs(infos(plan), HW, 8, "sgd")
+    costs = uniform_costs(infos(plan), HW, 8, 1)
     result = simulate(plan, "gpipe", 3 * bulk, PolicyOptions(max_inflight=2 * stages, bulk_size=bulk), costs, True)
     busy = sum(s.busy for s in result.stages)
     bubble = 1.0 - busy / (stages * result.makespan)
@@ -67,7 +67,7 @@ def test_gpipe_with_uniform_costs_has_the_textbook_bubble(stages, bulk):
 
 def layer_costs(plan: PipelinePlan, info: list[LayerInfo] | None = None) -> CostModel:
     """Per-layer durations that differ by layer, messages free: the driver can run the same durations."""
-    base = analytic_costs(infos(plan) if info is None else info, HW, 8, "sgd")
+    base = analytic_costs(infos(plan) if info is None else info, HW, 8, 1)
     layers = tuple(LayerCost(1.0 + lid % 4, 1.0 + lid % 4, 2.0 + lid % 3, 0.25) for lid in range(len(base.layers)))
     return CostModel("test", layers, base.info, HW, 8, 1, free_io=True)
 
@@ -90,7 +90,7 @@ def driver_duration(plan: PipelinePlan, costs: CostModel) -> Callable[[Task], fl
 @pytest.mark.parametrize("uniform", [True, False])
 def test_task_order_per_stage_equals_the_virtual_time_driver(system, uniform):
     plan = make_plan(3)
-    costs = uniform_costs(infos(plan), HW, 8, "sgd") if uniform else layer_costs(plan)
+    costs = uniform_costs(infos(plan), HW, 8, 1) if uniform else layer_costs(plan)
     options = PolicyOptions(max_inflight=4, bulk_size=3)
     sim = simulate(plan, system, 24, options, costs, recompute=True, record_order=True)
 
@@ -106,7 +106,7 @@ def test_task_order_per_stage_equals_the_virtual_time_driver(system, uniform):
 @pytest.mark.parametrize("system", POLICY_NAMES)
 def test_lower_bound_never_exceeds_the_makespan(system):
     plan = make_plan(4, blocks=8, candidates=2)
-    costs = analytic_costs(infos(plan), HW, 8, "adam")
+    costs = analytic_costs(infos(plan), HW, 8, 2)
     setup = SimSetup(plan, system, 40, PolicyOptions(max_inflight=8, bulk_size=4), costs, True)
     metrics, _ = simulate_run(setup)
     assert 0 < metrics["lower_bound_s"] <= metrics["makespan_s"] * (1 + 1e-12)
@@ -118,7 +118,7 @@ def test_lower_bound_never_exceeds_the_makespan(system):
 
 def test_vpipe_waits_on_copies_and_pipedream_stashes_weights():
     plan = make_plan(2)
-    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    costs = analytic_costs(infos(plan), HW, 8, 1)
     runs = {s: simulate_run(SimSetup(plan, s, 12, PolicyOptions(max_inflight=4, bulk_size=2), costs, True))[0]
             for s in ("gpipe", "vpipe", "pipedream")}
     assert runs["vpipe"]["swap_bytes"] > 0 and runs["vpipe"]["swap_wait_s"] > 0
@@ -179,7 +179,7 @@ def test_the_simulators_layer_view_equals_the_plan():
 
 def test_batch_max_runs_at_the_largest_batch_that_fits():
     plan = make_plan(2)
-    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    costs = analytic_costs(infos(plan), HW, 8, 1)
     base = SimSetup(plan, "gpipe", 8, PolicyOptions(max_inflight=4, bulk_size=2), costs, True)
     at_config, _ = simulate_run(base)
 
@@ -195,7 +195,7 @@ def test_context_cache_prefetching_beats_fetching_on_demand():
     from naspipe.config import CacheConfig
 
     plan = make_plan(3, blocks=9, candidates=3)
-    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    costs = analytic_costs(infos(plan), HW, 8, 1)
     base = SimSetup(plan, "csp", 40, PolicyOptions(max_inflight=3, bulk_size=3), costs, True,
                     cache=CacheConfig(enabled=True, budget="1.5x", horizon=8))
     predicted, _ = simulate_run(base)
@@ -226,7 +226,7 @@ def test_the_engines_cost_table_equals_the_scalar_costs_bit_for_bit(model, recom
     plan = per_subnet_plan(6, 11, 3) if per_subnet else make_plan(6, blocks=11, candidates=3, seed=3)
     hw = load_hardware("rtx2080ti-pcie3-40gbe")  # 4 GPUs per host: links inside a host and across
     hw = replace(hw, update_overhead_s=hw.task_overhead_s / 3)  # an optimizer step's own overhead (cpu-local)
-    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, "adam")
+    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, 2)
     costs = with_weight_stash(costs, model.endswith("+stash"))
     table, layout, d = CostTable(plan, costs, recompute, keep=1), SubnetLayers(plan), plan.num_stages
     if per_subnet:
@@ -258,7 +258,7 @@ def test_the_cost_tables_swap_copies_equal_synchronous_swaps_bit_for_bit(model, 
 
     plan = per_subnet_plan(5, 11, 4) if per_subnet else make_plan(5, blocks=11, candidates=3, seed=4)
     hw = replace(HW, copy_overhead_s=3e-6)  # every term of copy_s counts
-    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, "adam")
+    costs = (uniform_costs if model == "uniform" else analytic_costs)(infos(plan), hw, 8, 2)
     structure = plan.structure
     swapped = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
     table, layout, d = CostTable(plan, costs, True, keep=1, swapped=swapped), SubnetLayers(plan), plan.num_stages
@@ -298,7 +298,7 @@ def test_vpipes_table_priced_copies_equal_the_swaps_own_calls(hardware):
         """The same copies, driven per task through the generic residency calls."""
 
     plan = make_plan(4, blocks=9, candidates=3, seed=2)
-    costs = analytic_costs(infos(plan), load_hardware(hardware), 8, "adam")
+    costs = analytic_costs(infos(plan), load_hardware(hardware), 8, 2)
     structure = plan.structure
     swapped = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
     options = PolicyOptions(max_inflight=4, bulk_size=3)

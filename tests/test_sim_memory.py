@@ -83,7 +83,7 @@ def test_per_subnet_order_and_mirrors_equal_the_virtual_time_driver(system, stag
 
 def test_mirror_updates_take_time_on_the_links():
     _, plan = plans(4)
-    costs = analytic_costs(infos(plan), HW, 8, "sgd")
+    costs = analytic_costs(infos(plan), HW, 8, 1)
     setup = SimSetup(plan, "csp", 40, PolicyOptions(max_inflight=8, bulk_size=4), costs, True)
     timed, _ = simulate_run(setup)
     slow = replace(costs, hardware=replace(HW, intra_host_bandwidth=HW.intra_host_bandwidth / 1e4))
@@ -95,7 +95,7 @@ def test_mirror_updates_take_time_on_the_links():
 def test_a_mirrored_layer_is_held_and_charged_on_every_stage_that_runs_it():
     _, plan = plans(4)
     n = 40
-    costs = analytic_costs(infos(plan), HW, 8, "adam")
+    costs = analytic_costs(infos(plan), HW, 8, 2)
     home = {k: set(stage_layer_ids(replace_static(plan), k, n)) for k in range(4)}
     held = {k: set(stage_layer_ids(plan, k, n)) for k in range(4)}
     mirrored = {k: held[k] - home[k] for k in range(4)}
@@ -125,7 +125,7 @@ def replace_static(plan: PipelinePlan) -> PipelinePlan:
 
 def test_per_subnet_partitions_fit_a_cv_like_space_where_the_static_one_does_not():
     static, per_subnet = plans(4, blocks=12)
-    costs = analytic_costs(infos(static), HW, 8, "sgd")
+    costs = analytic_costs(infos(static), HW, 8, 1)
     cache = CacheConfig(enabled=True, budget="3x")
     setups = [SimSetup(p, "csp", 64, PolicyOptions(max_inflight=8), costs, True, cache=cache)
               for p in (static, per_subnet)]
@@ -142,7 +142,7 @@ def test_per_subnet_partitions_fit_a_cv_like_space_where_the_static_one_does_not
 def test_gradients_and_stashes_per_system():
     static, _ = plans(4)
     n = 40
-    costs = analytic_costs(infos(static), HW, 8, "sgd")
+    costs = analytic_costs(infos(static), HW, 8, 1)
     options = PolicyOptions(max_inflight=8, bulk_size=4)
     h = stage_holdings(static, costs, n)
     fixed = {s: [m.fixed for m in memory_report(static, s, costs, options, True, n).per_stage]
@@ -164,8 +164,8 @@ def test_optimizer_slots_follow_torch():
 def test_the_simulated_cache_budget_and_layers_equal_the_runtimes(tmp_path, optimizer):
     """One tiny per-subnet run on this CPU: the runtime's cache budget per stage (sized from real modules)
     equals the simulator's (from shapes), and the simulator's stage layers are the runtime's."""
-    from naspipe.commands.simulate import build_setup
-    from naspipe.runtime.job import build_job
+    from naspipe.runplan.job import build_job
+    from naspipe.sim.setup import build_setup
 
     sets = ["space.blocks=6", "space.candidates=3", "space.dim=16", "space.seq_len=8", "partition_mode=per-subnet",
             "cache.enabled=true", "cache.budget=1.5x", *optimizer]
@@ -187,7 +187,7 @@ def test_partition_by_costs_balances_the_simulated_compute():
     static, per_subnet = plans(4, blocks=12)
     s = static.structure
     costs = analytic_costs([LayerInfo(p, 1e6 * (1 + (lid % 4 == 0) * 30), 4096.0, 65536.0)
-                            for lid, p in enumerate(widths(s))], HW, 8, "sgd")
+                            for lid, p in enumerate(widths(s))], HW, 8, 1)
 
     def busiest(plan: PipelinePlan) -> float:
         return max(sum(forward_s(costs, plan.stage_layers(y, k)) for y in range(64)) for k in range(4))

@@ -26,7 +26,7 @@ def plan_of(stages: int = 2) -> PipelinePlan:
 def run(system: str, hardware: object, subnets: int = 6) -> tuple[dict[str, object], list[dict[str, object]]]:
     plan = plan_of()
     info = [LayerInfo(1000, 1e6, 4096.0, 16384.0) for _ in range(plan.structure.num_layers)]
-    costs = analytic_costs(info, hardware, 4, "sgd")  # type: ignore[arg-type]
+    costs = analytic_costs(info, hardware, 4, 1)  # type: ignore[arg-type]
     return simulate_run(SimSetup(plan, system, subnets, PolicyOptions(max_inflight=4, bulk_size=2), costs, True,
                                  trace_max_events=10_000))
 
@@ -58,7 +58,7 @@ def test_a_busy_receiver_takes_a_message_in_a_latency_after_its_compute_and_its_
     hw = replace(CPU, intra_host_latency=0.02, send_overhead_s=0.001, receiver_busy_s=0.0)
     plan = plan_of()
     info = [LayerInfo(1000, 2e8, 4096.0, 16384.0) for _ in range(plan.structure.num_layers)]  # ~20 ms a layer
-    costs = analytic_costs(info, hw, 4, "sgd")
+    costs = analytic_costs(info, hw, 4, 1)
     _, trace = simulate_run(SimSetup(plan, "pipedream", 12, PolicyOptions(max_inflight=4, bulk_size=2), costs, False,
                                      trace_max_events=10_000))
     spans = [e for e in trace if e.get("ph") == "X"]
@@ -89,7 +89,7 @@ def test_only_a_weight_stashing_system_pays_the_stash_in_its_forward():
     hw = replace(CPU, stash_overhead_s=0.01)
     plan = plan_of()
     info = [LayerInfo(1000, 1e6, 4096.0, 16384.0) for _ in range(plan.structure.num_layers)]
-    costs = analytic_costs(info, hw, 4, "sgd")
+    costs = analytic_costs(info, hw, 4, 1)
     layers = (1, 2, 3)
     plain, stashed = forward_s(costs, layers), forward_s(with_weight_stash(costs, True), layers)
     assert stashed - plain >= 3 * 0.01
@@ -112,7 +112,7 @@ def test_an_optimizer_step_pays_its_own_overhead_and_forward_and_backward_theirs
     hw = replace(CPU, task_overhead_s=0.003, update_overhead_s=0.001)
     plan = plan_of()
     info = [LayerInfo(1000, 1e6, 4096.0, 16384.0) for _ in range(plan.structure.num_layers)]
-    costs = analytic_costs(info, hw, 4, "sgd")
+    costs = analytic_costs(info, hw, 4, 1)
     layers = (1, 2, 3)
     kernels = [costs.layers[lid] for lid in layers]
     assert update_s(costs, layers) == pytest.approx(0.001 + sum(c.update_s for c in kernels), rel=1e-12)

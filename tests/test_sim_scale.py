@@ -76,8 +76,8 @@ def reference_holdings(plan: PipelinePlan, costs: CostModel, subnets: int) -> li
 
 
 def models(plan: PipelinePlan) -> list[CostModel]:
-    analytic = analytic_costs(infos(plan), HW, 32, "adam")
-    return [uniform_costs(infos(plan), HW, 32, "sgd"), analytic]
+    analytic = analytic_costs(infos(plan), HW, 32, 2)
+    return [uniform_costs(infos(plan), HW, 32, 1), analytic]
 
 
 @pytest.mark.parametrize("stages", [1, 3, 8])

@@ -1,6 +1,6 @@
 """``naspipe simulate``: what a system would do on given hardware, from the same config as ``train``.
 
-The run is built exactly as ``naspipe train`` builds it (:func:`naspipe.runtime.job.build_job`:
+The run is built exactly as ``naspipe train`` builds it (:func:`naspipe.runplan.job.build_job`:
 space, partition, subnet stream, policy options), so the simulated stages run the very
 policies and the very partition the runtime would. The space's layers are sized on torch's
 ``meta`` device (nothing allocated), so the paper-size spaces simulate on a laptop. Outputs
@@ -19,13 +19,13 @@ from typing import Any
 from naspipe.config import Config, add_run_arguments, config_from_args, describe_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
-from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs, update_seconds
 from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
-from naspipe.sim.memory import optimizer_slots
-from naspipe.sim.run import SimSetup, simulate_run
+from naspipe.sim.run import simulate_run
+from naspipe.sim.setup import TRACE_EVENTS, build_setup, default_trace_subnets, make_costs
+
+__all__ = ["add_parser", "build_setup", "default_trace_subnets", "make_costs", "run", "simulate_to", "trace_about"]
 
 DEFAULT_HARDWARE = "rtx2080ti-pcie3-40gbe"
-TRACE_EVENTS = 100_000  # the default trace's size in events, about (4-6 per subnet and stage)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -88,7 +88,7 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     ``trace_subnets``: the trace's window (None: :func:`default_trace_subnets`)."""
     from dataclasses import replace
 
-    from naspipe.runtime import rundir
+    from naspipe.runplan import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
     setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
@@ -107,31 +107,6 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     return metrics
 
 
-def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_by: str = "config") -> SimSetup:
-    from naspipe.runtime.job import build_job
-    from naspipe.sim.layers import layer_infos
-    from naspipe.sim.planning import plan_by_costs
-    from naspipe.sim.run import effective_recompute
-
-    job = build_job(config)
-    infos = layer_infos(job.space)
-    batch = int(job.space.options.get("batch_size", 1))
-    costs = make_costs(costs_spec, job.space.structure, infos, hardware, batch, config.optimizer.name)
-    costs = with_optimizer_slots(costs, optimizer_slots(config.optimizer))
-    trace_cap = min(config.trace_max_events, 200_000)
-    plan = job.plan
-    if partition_by == "costs" and not config.partition_file:
-        plan = plan_by_costs(plan, costs, effective_recompute(config.system, config.recompute))
-    return SimSetup(plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
-                    cache=config.cache, trace_subnets=default_trace_subnets(plan.num_stages))
-
-
-def default_trace_subnets(stages: int) -> int:
-    """The trace's default window: the first and last this many subnets, about :data:`TRACE_EVENTS`
-    events in all at any run length (a 64 x 100,000 run traced whole is ~30 M events, ~4 GB)."""
-    return max(1, TRACE_EVENTS // (10 * stages))
-
-
 def trace_about(subnets: int, trace_subnets: int, max_events: int, metrics: dict[str, Any]) -> dict[str, Any]:
     """The trace's ``otherData``: which subnets it holds and what it left out, so a reader of a
     bounded trace knows it is one."""
@@ -145,33 +120,6 @@ def trace_about(subnets: int, trace_subnets: int, max_events: int, metrics: dict
             "events_dropped": sum(int(s["trace_dropped"]) for s in metrics["stage_extra"]),
             "note": "spans of the subnets in traced_subnets only (naspipe simulate --trace-subnets), at most "
                     "trace_max_events_per_stage per stage; events_dropped counts the others"}
-
-
-def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, batch: int,
-               optimizer: str) -> CostModel:
-    if spec == "uniform":
-        return uniform_costs(infos, hardware, batch, optimizer)
-    if spec == "analytic":
-        return analytic_costs(infos, hardware, batch, optimizer)
-    path = Path(spec)
-    if not path.is_file():
-        raise UsageError(f"--costs {spec!r}: neither 'analytic', 'uniform' nor a profile CSV file")
-    from naspipe.profile.rows import read_profile_csv
-
-    return profile_costs(structure, read_profile_csv(path), infos, hardware, batch, optimizer, str(path))
-
-
-def with_optimizer_slots(costs: CostModel, slots: int) -> CostModel:
-    """The model with ``slots`` optimizer tensors per parameter (SGD without momentum keeps none, which
-    the optimizer's name alone does not say): its memory and its updates' memory traffic follow."""
-    from dataclasses import replace
-
-    if slots == costs.optimizer_states:
-        return costs
-    layers = costs.layers if costs.per_task else tuple(
-        replace(c, update_s=update_seconds(info.params, slots, costs.hardware))
-        for c, info in zip(costs.layers, costs.info, strict=True))
-    return replace(costs, layers=layers, optimizer_states=slots)
 
 
 def _write_trace(events: list[dict[str, object]], f: Any, about: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from naspipe import systems
 from naspipe.config.schema import Config
 from naspipe.errors import UsageError
 
@@ -24,11 +25,11 @@ def cache_budget_ok(budget: str) -> bool:
     return math.isfinite(value) and value > 0
 
 
-# per-subnet partitions: the systems that mirror layers
-MIRROR_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
-# the context manager (host store + device cache): the csp family, and the sequential reference for a
-# supernet too large for one device (it is still the reference: bitwise the same as without the cache)
-CACHE_SYSTEMS = (*MIRROR_SYSTEMS, "sequential")
+# per-subnet partitions: the systems that mirror layers; the context manager (host store + device cache):
+# the systems that may use it. Both are the policies' capabilities (naspipe.systems, which new code asks);
+# the two names stay importable from here for one release.
+MIRROR_SYSTEMS = systems.with_capability("mirroring")
+CACHE_SYSTEMS = systems.with_capability("uses_cache")
 
 
 def _check_ranges(config: Config) -> None:

@@ -18,10 +18,10 @@ from .batches import (
 )
 from .dictionary import Dictionary
 from .errors import DataError
-from .fairseq_dir import inspect_fairseq_dir, prepare_fairseq
+from .fairseq_dir import inspect_fairseq_dir, prepare_fairseq, resolve_translation_dir
 from .images import load_image, prepare_images
 from .indexed import IndexedDataset, IndexedDatasetWriter, write_indexed_dataset
-from .meta import TranslationMeta, load_meta, resolve_translation_dir
+from .meta import TranslationMeta, load_meta
 from .metrics import bleu, topk_accuracy
 from .synthetic import make_synthetic_images, make_synthetic_translation
 from .wmt import load_tokenizer, prepare_wmt, train_bpe

@@ -27,8 +27,8 @@ import numpy as np
 from naspipe.seeding import rng_for
 
 from .errors import DataError
+from .fairseq_dir import resolve_translation_dir
 from .indexed import IndexedDataset
-from .meta import resolve_translation_dir
 
 B = TypeVar("B")
 

@@ -14,11 +14,20 @@ from pathlib import Path
 from .dictionary import Dictionary
 from .errors import DataError
 from .indexed import IndexedDataset, data_path, index_path
-from .meta import META_NAME, SplitFiles, TranslationMeta
+from .meta import META_NAME, SplitFiles, TranslationMeta, load_meta
 from .textio import sha256_file
 
 # {split}.{src}-{tgt}.{lang}.idx, e.g. train.en-de.en.idx
 _SHARD = re.compile(r"^(?P<split>[^.]+)\.(?P<src>[^.-]+)-(?P<tgt>[^.-]+)\.(?P<lang>[^.]+)\.idx$")
+
+
+def resolve_translation_dir(data_dir: Path | str) -> TranslationMeta:
+    """Meta of a prepared directory, or inferred from a bare fairseq-binarized directory (here, not in
+    :mod:`naspipe.data.meta`, which this module builds on: the two no longer import each other)."""
+    data_dir = Path(data_dir)
+    if (data_dir / META_NAME).is_file():
+        return load_meta(data_dir)
+    return inspect_fairseq_dir(data_dir)
 
 
 def inspect_fairseq_dir(

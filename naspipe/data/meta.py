@@ -161,14 +161,3 @@ def _get(path: Path, obj: dict[str, Any], key: str, kind: type, where: str = "")
         raise DataError(f"{path}: field '{where}{key}' must be {kind.__name__}, got {value!r}")
     return value
 
-
-def resolve_translation_dir(data_dir: Path | str) -> TranslationMeta:
-    """Meta of a prepared directory, or inferred from a bare fairseq-binarized directory."""
-    data_dir = Path(data_dir)
-    if (data_dir / META_NAME).is_file():
-        return load_meta(data_dir)
-    from .fairseq_dir import (
-        inspect_fairseq_dir,  # lazy: fairseq_dir builds on this module
-    )
-
-    return inspect_fairseq_dir(data_dir)

@@ -20,8 +20,7 @@ from typing import Any
 
 SAMPLE = 64  # subnets simulated for a job's time
 PACKAGE = Path(__file__).resolve().parents[1]
-MODEL_SOURCES = ("sim", "space", "scheduling", "config", "partition.py", "context", "runtime/job.py",
-                 "commands/simulate.py")
+MODEL_SOURCES = ("sim", "space", "scheduling", "config", "partition.py", "context", "runplan", "systems.py")
 
 
 @dataclass(frozen=True)
@@ -76,14 +75,14 @@ def estimate(space: str, system: str, stages: int, steps: int, sets: tuple[str, 
 
 def _simulate(space: str, system: str, stages: int, steps: int, sets: tuple[str, ...], hardware: str,
               partition_by: str, cpu: bool) -> Estimate:
-    from naspipe.commands.simulate import build_setup
     from naspipe.config import load_config
-    from naspipe.runtime.job import check_bulk_boundary
+    from naspipe.runplan.job import check_bulk_boundary
     from naspipe.scheduling.policies import POLICIES
     from naspipe.sim.costs import with_weight_stash
     from naspipe.sim.hardware import load_hardware
     from naspipe.sim.memory import memory_report
     from naspipe.sim.run import cache_budgets, effective_recompute, simulate_run, uses_cache
+    from naspipe.sim.setup import build_setup
 
     flags = {"space.name": space, "system": system, "stages": stages, "steps": steps}
     config = load_config(None, [s for s in sets if not s.startswith(("device=", "threads="))], flags)

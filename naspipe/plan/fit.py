@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from naspipe.config import CACHE_SYSTEMS
+from naspipe import systems
 from naspipe.errors import UsageError
 from naspipe.plan.cost import Estimate
 from naspipe.plan.jobs import TrainJob
@@ -53,7 +53,7 @@ def fit_jobs(jobs: list[TrainJob], estimator: Estimator) -> dict[str, Fitted]:
 def _fit(job: TrainJob, estimator: Estimator) -> Fitted:
     try:
         estimate = estimator(job)
-        if not estimate.fits and job.system in CACHE_SYSTEMS and CACHE_ON not in job.sets:
+        if not estimate.fits and job.system in systems.with_capability("uses_cache") and CACHE_ON not in job.sets:
             cached = replace(job, sets=(*job.sets, CACHE_ON))
             with_cache = estimator(cached)
             if with_cache.fits:

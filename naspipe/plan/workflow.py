@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from naspipe import config as naspipe_config
+from naspipe import systems
 from naspipe.errors import UsageError
 from naspipe.plan import datasets, paths
 from naspipe.plan import jobs as plan_jobs
@@ -42,11 +42,8 @@ class Wildcards(Protocol):
 
 
 def mirroring_systems() -> tuple[str, ...]:
-    """Systems with per-subnet partitions (mirrored layers); their simulation also uses the device cache.
-
-    At the merge this asks the registry: ``systems.with_capability("mirroring")``.
-    """
-    return naspipe_config.MIRROR_SYSTEMS
+    """Systems with per-subnet partitions (mirrored layers); their simulation also uses the device cache."""
+    return systems.with_capability("mirroring")
 
 
 def ablation_variants() -> dict[str, tuple[str, str]]:

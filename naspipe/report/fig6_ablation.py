@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import seaborn as sns
 
+from naspipe import systems
 from naspipe.report.inputs import ReportInputs
 from naspipe.report.plotting import no_data, render
 from naspipe.report.runinfo import RunInfo
@@ -25,11 +26,11 @@ def variant(run: RunInfo) -> str:
     """What the run switches off, from its config (the workflow's variant names)."""
     config = run.metrics["config"]
     cache = config.get("cache", {})
-    if run.system == "csp-no-scheduler":
-        name = "no-scheduler"
-    elif run.system == "csp-no-predictor" or (
-            run.system == "csp" and cache.get("enabled") and not cache.get("horizon")):
-        name = "no-predictor"
+    ablation = systems.get(run.system).ablation if run.system in systems.names() else None
+    if ablation is not None:
+        name = ablation  # an ablation system is named by the part it switches off
+    elif run.system == "csp" and cache.get("enabled") and not cache.get("horizon"):
+        name = "no-predictor"  # the full system with the predictor's horizon at 0
     elif run.system == "csp":
         name = "naspipe" if config.get("partition_mode") == "per-subnet" else "no-mirroring"
     else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from naspipe import systems
 from naspipe.errors import UsageError
 from naspipe.fsutil import read_json_object
 from naspipe.report.runinfo import RunInfo, read_run_info
@@ -22,8 +23,6 @@ from naspipe.rundigest import check_unchanged, verify_run
 if TYPE_CHECKING:
     import pandas as pd
 
-# the order systems appear in tables and legends: the reference, NASPipe, its ablation, the baselines
-SYSTEM_ORDER = ("sequential", "csp", "csp-no-scheduler", "csp-no-predictor", "gpipe", "vpipe", "pipedream")
 REPRO_FIELDS = ("path", "system", "stages", "seed", "final_loss", "weights_sha256", "identical", "first_divergence")
 
 
@@ -48,7 +47,8 @@ class ReportInputs:
 
 
 def system_rank(system: str) -> tuple[int, str]:
-    return (SYSTEM_ORDER.index(system) if system in SYSTEM_ORDER else len(SYSTEM_ORDER), system)
+    """Where ``system`` sorts in tables and legends (the registry's report order), then by name."""
+    return (systems.rank(system), system)
 
 
 def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],

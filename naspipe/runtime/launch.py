@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import logging
@@ -37,15 +38,16 @@ from naspipe.config import Config
 from naspipe.determinism import check_threads, make_deterministic
 from naspipe.errors import UsageError
 from naspipe.fsutil import no_space
+from naspipe.runplan import runlock
+from naspipe.runplan.job import Job, build_job, build_space, check_bulk_boundary
+from naspipe.runplan.rundir import RunDir
 from naspipe.runtime import checkpoint as ckpt
-from naspipe.runtime import faults, lifecycle, memory, rundir, runlock
-from naspipe.runtime.job import Job, build_job, check_bulk_boundary
+from naspipe.runtime import faults, lifecycle, memory, rundir
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
-from naspipe.runtime.rundir import RunDir
 from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
 from naspipe.runtime.worker import StageWorker
-from naspipe.space import make_space
+from naspipe.space.base import SearchSpace
 
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
 # (no torch state or threads are inherited from the caller, unlike plain fork).
@@ -96,10 +98,10 @@ def cluster_rank() -> Rank | None:
 def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: bool = False) -> dict[str, Any] | None:
     """Run training; returns the metrics on the process that published the outputs."""
     place = cluster_rank()
-    _check_memory(config, place)
-    job = build_job(config)  # validates everything before any process starts or file is written
-    if place is not None and place.world != config.stages:
-        raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
+    space = build_space(config)  # no layer is built yet
+    _check_memory(config, space, place)  # before the partition sizes every layer: name the one that cannot fit
+    job = build_job(config, space)  # validates everything before any process starts or file is written; built once
+    _check_stage_count(job, place)
     owner = place is None or place.rank == 0  # the process that holds the run's lock and publishes it
     if owner:  # a live run first: name it, whatever else is wrong
         runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)
@@ -109,13 +111,13 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
         lifecycle.die_with_env_process()
     work = rundir.work_of(out_dir)
     if not owner:  # rank 0 prepares the directory before the rendezvous
-        run_stage(cast(Rank, place), config, work, checkpoint, init_method="env://", manifest=manifest)
+        run_stage(cast(Rank, place), job, work, checkpoint, init_method="env://", manifest=manifest)
         return None
     rundir.plan(out_dir, checkpoint, overwrite)  # every check before the lock file is created
     with runlock.hold(work, out_dir) as lock:  # one run per DIR.partial, for the life of the run
         run = rundir.plan(out_dir, checkpoint, overwrite)  # again, now that no other run can change it
         if place is not None:
-            return _published(run, run_stage(place, config, work, checkpoint, init_method="env://", run=run,
+            return _published(run, run_stage(place, job, work, checkpoint, init_method="env://", run=run,
                                              manifest=manifest))
         rundir.prepare(run, checkpoint, manifest)
         return _published(run, _run_locally(job, run, checkpoint, lock))
@@ -123,12 +125,11 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
 
 def _run_locally(job: Job, run: RunDir, checkpoint: Path | None, lock: runlock.HeldLock) -> dict[str, Any] | None:
     """The stages on this machine (in this process for one stage); the metrics once outputs are written."""
-    config = job.config
     try:
         with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
-            if config.stages == 1:
-                return run_stage(Rank(0, 1, 0), config, run.work, checkpoint, init_method=None, job=job)
-            _spawn_stages(config, run.work, checkpoint, lock)
+            if job.plan.num_stages == 1:
+                return run_stage(Rank(0, 1, 0), job, run.work, checkpoint, init_method=None)
+            _spawn_stages(job, run.work, checkpoint, lock)
     except UsageError:
         rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
         raise
@@ -139,9 +140,11 @@ def _run_locally(job: Job, run: RunDir, checkpoint: Path | None, lock: runlock.H
     return cast(dict[str, Any], json.loads((run.work / "metrics.json").read_text(encoding="utf-8")))
 
 
-def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock: runlock.HeldLock) -> None:
+def _spawn_stages(job: Job, work_dir: Path, checkpoint: Path | None, lock: runlock.HeldLock) -> None:
     """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`) and hold
-    the run's lock with it, so that the directory stays locked until the last stage has stopped."""
+    the run's lock with it, so that the directory stays locked until the last stage has stopped. Each
+    receives the job (pickled, :meth:`Job.__reduce__`): no stage builds the space or partitions again."""
+    stages = job.plan.num_stages
     _start_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
@@ -149,8 +152,8 @@ def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock:
         context = None
         try:
             logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)  # we say what stopped, once
-            context = mp.start_processes(_spawned, args=(config, work_dir, checkpoint, init, line, lock),
-                                         nprocs=config.stages, join=False, start_method=START_METHOD)
+            context = mp.start_processes(_spawned, args=(job, work_dir, checkpoint, init, line, lock),
+                                         nprocs=stages, join=False, start_method=START_METHOD)
             while not context.join():
                 pass
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
@@ -159,7 +162,7 @@ def _spawn_stages(config: Config, work_dir: Path, checkpoint: Path | None, lock:
         finally:
             if context is not None:
                 lifecycle.stop(p.pid for p in context.processes)
-            lifecycle.cut(writer, config.stages)
+            lifecycle.cut(writer, stages)
             line.reader.close()
 
 
@@ -184,16 +187,28 @@ def _check_before_creating(job: Job, start: int) -> None:
     if config.device == "cuda" and not torch.cuda.is_available():
         raise UsageError(NO_CUDA)
     if job.space.options.get("data") is not None and start < config.steps:
-        job.space.batch(start, config.seed)  # opens the dataset: a missing or malformed one is a one-line error
+        # opens the dataset: a missing or malformed one is a one-line error. On a copy of the space, whose
+        # reader stays here: the job goes to the stages whole, without an open dataset.
+        copy.copy(job.space).batch(start, config.seed)
 
 
-def _check_memory(config: Config, place: Rank | None) -> None:
+def _check_stage_count(job: Job, place: Rank | None) -> None:
+    """The one place where the three counts of stages meet: the config's ``stages`` (which the plan's
+    partition was built for), ``plan.num_stages`` (what every stage reads from then on) and the launcher's
+    world size under torchrun/srun."""
+    config, stages = job.config, job.plan.num_stages
+    if stages != config.stages:  # a partition file is checked against the config: this cannot happen
+        raise UsageError(f"--stages {config.stages} but the partition has {stages} stages")
+    if place is not None and place.world != stages:
+        raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
+
+
+def _check_memory(config: Config, space: SearchSpace, place: Rank | None) -> None:
     """Refuse layers that cannot fit (one line naming the layer) before any is built."""
     try:
-        space = make_space(config.space_name, config.space_options, config.shared_policy)
-    except ValueError:
-        return  # build_job reports a bad space
-    device = _stage_device(config, place.local_rank if place else 0)
+        device = stage_device(config, place.local_rank if place else 0)
+    except UsageError:
+        return  # no CUDA: _check_before_creating says so, after a live run is named
     memory.check_fits(space, config.optimizer, device, all_stages_here=place is None)
 
 
@@ -223,14 +238,14 @@ def _resume_point(job: Job, resume: Path | None, check_live: bool) -> tuple[Path
     return checkpoint, manifest
 
 
-def _spawned(index: int, config: Config, work_dir: Path, checkpoint: Path | None, init: str,
+def _spawned(index: int, job: Job, work_dir: Path, checkpoint: Path | None, init: str,
              line: lifecycle.Lifeline, lock: runlock.HeldLock) -> None:
     line.watch(index)  # ``lock`` is only held: its descriptor closes when this stage ends
     # Ctrl-C reaches the whole foreground group: the launcher stops the stages itself (SIGTERM),
     # so a stage ignores its own SIGINT instead of dying with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        run_stage(Rank(index, config.stages, index), config, work_dir, checkpoint, init_method=init)
+        run_stage(Rank(index, job.plan.num_stages, index), job, work_dir, checkpoint, init_method=init)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             os._exit(NO_SPACE_EXIT)  # no traceback: the launcher reports it in one line
@@ -247,18 +262,17 @@ def _fail(index: int) -> NoReturn:
     os._exit(1)
 
 
-def run_stage(place: Rank, config: Config, work_dir: Path, checkpoint: Path | None, init_method: str | None,
-              job: Job | None = None, run: RunDir | None = None,
-              manifest: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """One stage in this process; ``work_dir`` is the run's working directory (``DIR.partial``).
+def run_stage(place: Rank, job: Job, work_dir: Path, checkpoint: Path | None, init_method: str | None,
+              run: RunDir | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """One stage of ``job`` in this process; ``work_dir`` is the run's working directory (``DIR.partial``).
 
     Under torchrun/srun, ``run`` is given on rank 0 only, which prepares the directory before
     the rendezvous (the other ranks wait there for it).
     """
+    config = job.config
     device = pick_device(config, place.local_rank)
     make_deterministic(config.threads, device)
     faults.install_from_env()
-    job = job or build_job(config)
     if run is not None:
         rundir.prepare(run, checkpoint, manifest)
     control = None
@@ -341,21 +355,22 @@ def _visible_gpus(device: torch.device) -> int:
     return torch.cuda.device_count() if device.type == "cuda" else 0
 
 
-def _stage_device(config: Config, local_rank: int) -> torch.device:
-    """The device a stage will use, without selecting it in this process (see :func:`pick_device`)."""
+def stage_device(config: Config, local_rank: int) -> torch.device:
+    """The device of the stage with ``local_rank`` on this node, decided here once (the memory check asks it
+    before any stage starts; each stage selects it with :func:`pick_device`)."""
     if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        if not torch.cuda.is_available():
+            raise UsageError(NO_CUDA)
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
 
 
 def pick_device(config: Config, local_rank: int) -> torch.device:
-    if config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise UsageError(NO_CUDA)
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device("cpu")
+    """:func:`stage_device`, selected as this process's current CUDA device."""
+    device = stage_device(config, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 class _Progress:

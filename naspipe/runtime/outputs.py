@@ -25,7 +25,7 @@ import torch
 
 from naspipe.fsutil import atomic_write, atomic_write_json, atomic_write_text
 from naspipe.rundigest import hash_of_hashes, write_digests
-from naspipe.runtime.job import Job
+from naspipe.runplan.job import Job
 from naspipe.runtime.recorder import (
     CATEGORIES,
     LOSSES,

@@ -4,7 +4,7 @@ The worker is thin on purpose: *what* runs next is the policy's decision (pure s
 core), *how* it runs is the executor's. The worker moves tensors between them and the
 transport, records the trace, and takes checkpoints at drain points.
 
-A policy may ask more of the runtime through class attributes (:class:`RuntimeNeeds`):
+A policy may ask more of the runtime through class attributes (its capabilities, :mod:`naspipe.systems`):
 per-subnet gradient stash (BSP: GPipe, VPipe), weight stash and forced-off recomputation
 (ASP: PipeDream), parameter swapping (VPipe: a :class:`~naspipe.runtime.swap.HostSwapper`
 fetches a task's layers before it and evicts them after), checkpoints only at bulk
@@ -17,16 +17,16 @@ from __future__ import annotations
 import io
 import resource
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 
-from naspipe.context import CacheCapacityError
+from naspipe import systems
+from naspipe.runplan.job import Job
+from naspipe.runplan.rules import cache_budget, effective_recompute, prefetch_horizon
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
-from naspipe.runtime.job import Job
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.outputs import tensor_digest
 from naspipe.runtime.recorder import Recorder, StageLogs, StageReport, access_log
@@ -34,24 +34,9 @@ from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
-from naspipe.scheduling import Kind, StagePolicy, Task, make_policy
+from naspipe.scheduling import Kind, Task, make_policy
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
 from naspipe.scheduling.windows import SharedWindow
-
-
-@dataclass(frozen=True)
-class RuntimeNeeds:
-    """What a policy asks of the runtime, read from its class attributes (see StagePolicy)."""
-
-    stash_gradients: bool = False  # keep each subnet's gradients apart until its update
-    stash_weights: bool = False  # backward on the version the forward read (PipeDream)
-    recompute: bool | None = None  # None: as configured; True/False: forced
-    swap_parameters: bool = False  # layers live in host memory, fetched per task (VPipe)
-    bulk_synchronous: bool = False  # checkpoints and resumes only at bulk boundaries
-
-    @classmethod
-    def of(cls, policy: StagePolicy) -> RuntimeNeeds:
-        return cls(**{f.name: getattr(policy, f.name) for f in fields(cls)})
 
 
 class StageWorker:
@@ -70,10 +55,10 @@ class StageWorker:
         self.run_dir, self.barrier, self.progress = run_dir, barrier, progress
         config = job.config
         self.steps = config.steps
-        self.is_last = stage == job.plan.num_stages - 1
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
-        self.needs = RuntimeNeeds.of(self.policy)
-        self.recompute = config.recompute if self.needs.recompute is None else self.needs.recompute
+        self.is_last = self.policy.is_last  # decided once, by the policy (the stage of the loss)
+        self.needs = systems.get(config.system)
+        self.recompute = effective_recompute(config.system, config.recompute)
         self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         self.windows = self._make_windows()
@@ -115,18 +100,10 @@ class StageWorker:
         return report
 
     def _make_context(self) -> ContextManager:
-        """The device cache: its budget in bytes, or in multiples of the largest share of this stage among
-        the run's subnets (what its largest task needs; with per-subnet partitions the stage also holds
-        layers it never runs, and a subnet's candidates are mostly smaller than the block's largest)."""
+        """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
         config = self.job.config
         sizes = {lid: layer_bytes(module, config.optimizer) for lid, module in self.layers.items()}
-        share = max(1, self.job.plan.largest_share(self.stage, self.steps, sizes))
-        budget = config.cache.budget_bytes(share)
-        if budget < share:  # some subnet's task may not fit: refuse at start, not at that task
-            big = max(sizes, key=lambda lid: sizes[lid])
-            raise CacheCapacityError(
-                f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {self.stage} "
-                f"({share} bytes; largest: layer {big}, {sizes[big]} bytes)")
+        budget = cache_budget(self.job.plan, self.stage, self.steps, sizes, config.cache)
         return ContextManager(self.layers, self.optimizers, self.device, budget, sizes)
 
     def _make_windows(self) -> SharedWindows | None:
@@ -328,7 +305,7 @@ class StageWorker:
         """Context manager: fetch what the task misses, prefetch what the predictor says comes next."""
         if self.context is None:
             return
-        horizon = self.job.config.cache.horizon if self.policy.predictor else 0
+        horizon = prefetch_horizon(self.job.config.system, self.job.config.cache.horizon)
         upcoming = layer_uses(self.job.plan, predict(self.policy, horizon, self._end, running=task))
         start = self.recorder.now()
         waited = self.context.copy_wait_s

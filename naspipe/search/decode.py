@@ -71,7 +71,7 @@ class Detokenizer:
         self._spm = None
         if data_dir is None:
             return
-        from naspipe.data.meta import resolve_translation_dir
+        from naspipe.data.fairseq_dir import resolve_translation_dir
 
         meta = resolve_translation_dir(data_dir)
         self._dictionary = meta.dictionaries()[1]

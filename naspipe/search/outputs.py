@@ -21,9 +21,9 @@ from naspipe.fsutil import (
     check_creatable,
     temp_dir_beside,
 )
+from naspipe.runplan.subnet_file import subnet_json
 from naspipe.search.evolution import Candidate, best
 from naspipe.search.options import csv_text
-from naspipe.search.subnet_file import subnet_json
 
 BEST = "best.json"
 CANDIDATES = "candidates.csv"

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from naspipe import systems
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES
 from naspipe.scheduling.windows import SharedWindow
 from naspipe.sim.costs import CostModel
 from naspipe.sim.tables import BLOCK, BlockArrays, CostTable
 
-CAUSAL_SYSTEMS = frozenset({"sequential", "csp", "csp-no-scheduler"})
+CAUSAL_SYSTEMS = frozenset(systems.with_capability("causal"))
 
 
 def longest_path(plan: PipelinePlan, system: str, num_subnets: int, costs: CostModel, recompute: bool,

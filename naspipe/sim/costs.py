@@ -38,7 +38,6 @@ from naspipe.sim.hardware import Hardware
 from naspipe.space.structure import SpaceStructure
 
 FLOAT_BYTES = 4
-OPTIMIZER_STATES = {"sgd": 1, "adam": 2}  # per parameter: momentum, or Adam's two moments
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +94,17 @@ def update_seconds(params: int, optimizer_states: int, hardware: Hardware) -> fl
     return (3 + 2 * optimizer_states) * FLOAT_BYTES * params / hardware.memory_bandwidth
 
 
-def uniform_costs(info: Sequence[LayerInfo], hardware: Hardware, batch: int, optimizer: str) -> CostModel:
+# ``states`` below: tensors of optimizer state per parameter, as torch keeps them
+# (:attr:`naspipe.config.OptimizerConfig.state_slots`: 0 for SGD without momentum, 1 with it, 2 for Adam).
+# It is one input: the update's memory traffic and the stage's bytes both follow it.
+
+
+def uniform_costs(info: Sequence[LayerInfo], hardware: Hardware, batch: int, states: int) -> CostModel:
     layers = tuple(LayerCost(1.0, 1.0, 1.0, 0.0) for _ in info)
-    return CostModel("uniform", layers, tuple(info), hardware, batch, OPTIMIZER_STATES[optimizer],
-                     per_task=True, free_io=True)
+    return CostModel("uniform", layers, tuple(info), hardware, batch, states, per_task=True, free_io=True)
 
 
-def analytic_costs(info: Sequence[LayerInfo], hardware: Hardware, batch: int, optimizer: str) -> CostModel:
-    states = OPTIMIZER_STATES[optimizer]
+def analytic_costs(info: Sequence[LayerInfo], hardware: Hardware, batch: int, states: int) -> CostModel:
     layers = []
     for layer in info:
         forward = 2.0 * layer.macs * batch / hardware.effective_flops
@@ -112,10 +114,9 @@ def analytic_costs(info: Sequence[LayerInfo], hardware: Hardware, batch: int, op
 
 def profile_costs(
     structure: SpaceStructure, rows: Sequence[ProfileRow], info: Sequence[LayerInfo], hardware: Hardware,
-    batch: int, optimizer: str, source: str,
+    batch: int, states: int, source: str,
 ) -> CostModel:
     """Costs from measured rows, matched by op name and position (as the partitioner matches them)."""
-    states = OPTIMIZER_STATES[optimizer]
     by_op: dict[str, list[ProfileRow]] = {}
     for row in rows:
         by_op.setdefault(row.op, []).append(row)

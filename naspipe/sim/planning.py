@@ -12,17 +12,22 @@ per-subnet plans give each candidate its own cost. A ``partition_file`` still wi
 
 from __future__ import annotations
 
-from naspipe.partition import balanced_partition
-from naspipe.profile.costs import position_means
+from naspipe.runplan.job import partition_by_layer_costs
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.sim.costs import CostModel
+
+
+def layer_seconds(costs: CostModel, recompute: bool) -> list[float]:
+    """Each layer's simulated compute: forward, backward, and the recompute when the system recomputes
+    (what :func:`naspipe.runplan.job.build_job` partitions by under ``--partition-by costs``)."""
+    return [c.forward_s + c.backward_s + (c.recompute_s if recompute else 0.0) for c in costs.layers]
 
 
 def plan_by_costs(plan: PipelinePlan, costs: CostModel, recompute: bool) -> PipelinePlan:
     """``plan``'s structure, stream and mode, split by the simulated seconds of each layer."""
     structure = plan.structure
-    seconds = [c.forward_s + c.backward_s + (c.recompute_s if recompute else 0.0) for c in costs.layers]
-    partition = balanced_partition(position_means(structure, seconds.__getitem__), plan.num_stages)
+    seconds = layer_seconds(costs, recompute)
+    partition = partition_by_layer_costs(structure, seconds, plan.num_stages)
     if plan.mirrored:
         return PipelinePlan.per_subnet(structure, partition, plan.stream, seconds)
     return PipelinePlan(structure, partition, plan.stream)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from naspipe.context.cache import DeviceCache, Move
+from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.predictor import layer_uses, predict
@@ -133,7 +134,7 @@ class ContextCache:
                  sizes: dict[int, int], horizon: int, end: int) -> None:
         self.cache = DeviceCache(budget, sizes)
         self.policy, self.plan, self.costs = policy, plan, costs
-        self.horizon = horizon if policy.predictor else 0
+        self.horizon = prefetch_horizon(policy.name, horizon)
         self.end = end
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands

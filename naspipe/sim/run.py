@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from naspipe.config import CACHE_SYSTEMS, CacheConfig
-from naspipe.errors import UsageError
+from naspipe import systems
+from naspipe.config import CacheConfig
+from naspipe.runplan import rules
+from naspipe.runplan.rules import effective_recompute
 from naspipe.scheduling.plan import PipelinePlan
-from naspipe.scheduling.policies import POLICIES, PolicyOptions
+from naspipe.scheduling.policies import PolicyOptions
 from naspipe.sim.bound import longest_path, lower_bound
 from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
@@ -42,41 +44,33 @@ class SimSetup:
     trace_subnets: int = 0  # trace only the first and last N subnets (0: every subnet)
 
 
-def effective_recompute(system: str, configured: bool) -> bool:
-    forced = POLICIES[system].recompute
-    return configured if forced is None else bool(forced)
+__all__ = ["SimSetup", "cache_budgets", "effective_recompute", "residency_for", "simulate_run", "uses_cache"]
 
 
 def uses_cache(setup: SimSetup) -> bool:
-    return setup.cache is not None and setup.cache.enabled and setup.system in CACHE_SYSTEMS
+    """Whether the run models the context manager (the run plan's rule, :func:`naspipe.runplan.rules.uses_cache`)."""
+    return rules.uses_cache(setup.system, setup.cache)
 
 
 def cache_budgets(setup: SimSetup) -> list[int]:
-    """Each stage's device cache in bytes, as the runtime's worker sizes it (``Kx``: K times the largest
-    share of the stage among the run's subnets, :meth:`PipelinePlan.largest_share`)."""
+    """Each stage's device cache in bytes, by the run plan's rule (the runtime's worker applies the same one),
+    with each layer's bytes from the cost model's shapes."""
     assert setup.cache is not None
-    plan, structure = setup.plan, setup.plan.structure
-    sizes = cache_sizes(setup.costs, structure)
-    budgets = []
-    for k in range(plan.num_stages):
-        share = max(1, plan.largest_share(k, setup.subnets, sizes))
-        budget = setup.cache.budget_bytes(share)
-        if budget < share:
-            raise UsageError(f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {k} "
-                             f"({share} bytes)")
-        budgets.append(budget)
-    return budgets
+    return rules.cache_budgets(setup.plan, setup.subnets, cache_sizes(setup.costs, setup.plan.structure), setup.cache)
 
 
-def residency_for(setup: SimSetup) -> ResidencyFactory:
-    """The copy model of each stage: the context cache, VPipe's synchronous swap, or resident parameters."""
+def residency_for(setup: SimSetup, budgets: list[int] | None = None) -> ResidencyFactory:
+    """The copy model of each stage: the context cache, VPipe's synchronous swap, or resident parameters.
+    ``budgets``: the cache's per stage when the caller has them already (:func:`cache_budgets` otherwise)."""
     structure = setup.plan.structure
     if uses_cache(setup):
         assert setup.cache is not None
-        sizes, budgets, horizon = cache_sizes(setup.costs, structure), cache_budgets(setup), setup.cache.horizon
+        sizes, horizon = cache_sizes(setup.costs, structure), setup.cache.horizon
+        if budgets is None:
+            budgets = cache_budgets(setup)
         return lambda stage, policy: ContextCache(policy, setup.plan, setup.costs, budgets[stage], sizes, horizon,
                                                   setup.subnets)
-    if POLICIES[setup.system].swap_parameters:
+    if systems.get(setup.system).swap_parameters:
         trainable = frozenset(lid for lid in range(structure.num_layers) if structure.is_trainable(lid))
         return lambda stage, policy: SynchronousSwap(setup.costs, trainable)
     return lambda stage, policy: Resident()
@@ -85,20 +79,19 @@ def residency_for(setup: SimSetup) -> ResidencyFactory:
 def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
     """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked)."""
     recompute = effective_recompute(setup.system, setup.recompute)
-    setup = replace(setup, costs=with_weight_stash(setup.costs, POLICIES[setup.system].stash_weights))
+    setup = replace(setup, costs=with_weight_stash(setup.costs, systems.get(setup.system).stash_weights))
+    budgets = cache_budgets(setup) if uses_cache(setup) else None  # once: layer bytes do not depend on the batch
     if setup.batch != "config":
-        budgets = cache_budgets(setup) if uses_cache(setup) else None
         fit = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
                             budgets).max_batch
         batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
-                      residency_for(setup), trace_max_events=setup.trace_max_events,
+                      residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
                       trace_subnets=setup.trace_subnets)
     path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
                         shared_window=setup.options.shared_window)
-    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
-                           cache_budgets(setup) if uses_cache(setup) else None)
+    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets, budgets)
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
 
 

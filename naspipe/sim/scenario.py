@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from naspipe.config import CACHE_SYSTEMS, config_from_dict
+from naspipe import systems
+from naspipe.config import config_from_dict
 from naspipe.sim.hardware import Hardware
 
 
@@ -36,15 +37,15 @@ def scenario_config(s: Scenario) -> dict[str, Any]:
     data: dict[str, Any] = {"space": {"name": s.space, **s.space_options}, "system": s.system, "stages": s.stages,
                             "steps": s.steps, "seed": s.seed, "optimizer": {"name": "sgd", "momentum": 0.0},
                             "trace_max_events": 0}
-    if s.system in CACHE_SYSTEMS:
+    if s.system in systems.with_capability("uses_cache"):
         data["cache"] = {"enabled": True, "budget": "3x"}
     return data
 
 
 def simulate_scenario(s: Scenario, hardware: Hardware) -> dict[str, Any]:
     """The simulator's metrics of ``s`` on ``hardware`` (``metrics.json``'s keys)."""
-    from naspipe.commands.simulate import build_setup
     from naspipe.sim.run import simulate_run
+    from naspipe.sim.setup import build_setup
 
     setup = build_setup(config_from_dict(scenario_config(s)), hardware, s.costs, partition_by="costs")
     metrics, _ = simulate_run(replace(setup, batch=s.batch))

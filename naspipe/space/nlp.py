@@ -268,7 +268,7 @@ class NlpSpace(SearchSpace):
 
     def _open_dataset(self, seed: int):  # noqa: ANN202
         from naspipe.data.batches import TranslationBatches
-        from naspipe.data.meta import resolve_translation_dir
+        from naspipe.data.fairseq_dir import resolve_translation_dir
 
         o = self.options
         meta = resolve_translation_dir(o["data"])

@@ -52,7 +52,15 @@ class PolicyOptions:
 class StagePolicy(ABC):
     name: ClassVar[str]
 
-    # What the policy asks of the runtime (read by naspipe.runtime.worker.RuntimeNeeds).
+    # What the system is, for everyone who must not re-decide it (read by naspipe.systems; the
+    # workflow, the report, the config checks and the simulator ask that registry, never a name list).
+    label: ClassVar[str]  # how the paper and the report call it
+    report_order: ClassVar[int]  # where it appears in tables and legends (the reference first)
+    uses_cache: ClassVar[bool] = False  # may run with the context manager (host store + device cache)
+    causal: ClassVar[bool] = False  # the makespan's lower bound adds the CSP edge (an update -> next user's access)
+    ablation: ClassVar[str | None] = None  # NASPipe minus this part (paper Figure 6's variant name)
+
+    # What the policy asks of the executors (the runtime's worker and the simulator read these).
     stash_gradients: ClassVar[bool] = False  # keep each subnet's gradients apart until its update
     stash_weights: ClassVar[bool] = False  # backward on the parameter version its forward read
     recompute: ClassVar[bool | None] = None  # None: as configured; True/False: forced

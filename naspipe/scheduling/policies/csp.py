@@ -41,6 +41,10 @@ from naspipe.scheduling.windows import SharedWindow
 
 class CSP(StagePolicy):
     name = "csp"
+    label = "NASPipe (CSP)"
+    report_order = 1
+    uses_cache = True
+    causal = True
     mirroring = True
     windowed_shared = True
 

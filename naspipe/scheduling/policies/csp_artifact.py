@@ -39,6 +39,9 @@ def compared_blocks(stage: int, blocks: int) -> range:
 
 class CSPArtifact(CSP):
     name = "csp-artifact"
+    label = "NASPipe artifact's relaxed check"
+    report_order = 7
+    causal = False  # the relaxed check does not keep the version rule
     mirroring = False  # the artifact's split is static
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:

@@ -14,6 +14,9 @@ from naspipe.scheduling.policies.csp import CSP
 
 class CSPNoScheduler(CSP):
     name = "csp-no-scheduler"
+    label = "NASPipe without its scheduler"
+    report_order = 2
+    ablation = "no-scheduler"
 
     def may_admit(self, subnet: int) -> bool:
         return self.inflight == 0

@@ -44,6 +44,8 @@ from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 
 class GPipe(StagePolicy):
     name = "gpipe"
+    label = "BSP (GPipe)"
+    report_order = 4
 
     # What the runtime must do for this policy (the core stays free of torch).
     stash_gradients: ClassVar[bool] = True  # each subnet's gradients kept apart until its U

@@ -43,6 +43,8 @@ from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 
 class PipeDream(StagePolicy):
     name = "pipedream"
+    label = "ASP (PipeDream)"
+    report_order = 6
 
     stash_gradients: ClassVar[bool] = True
     stash_weights: ClassVar[bool] = True

@@ -20,6 +20,10 @@ from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 
 class Sequential(StagePolicy):
     name = "sequential"
+    label = "sequential reference"
+    report_order = 0
+    uses_cache = True  # for a supernet too large for one device; still bitwise the reference
+    causal = True
     windowed_shared = True  # one subnet at a time: the window rule's order holds by itself
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:

@@ -24,5 +24,7 @@ from naspipe.scheduling.policies.gpipe import GPipe
 
 class VPipe(GPipe):
     name = "vpipe"
+    label = "BSP with parameter swapping (VPipe)"
+    report_order = 5
 
     swap_parameters: ClassVar[bool] = True

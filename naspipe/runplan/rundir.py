@@ -1,0 +1,108 @@
+"""Where a run works and how it is published: ``DIR.partial/`` while running, ``DIR`` when done.
+
+A run writes everything (checkpoints, the stages' logs, the final files) into the sibling
+working directory ``DIR.partial`` and, only when every output is complete, publishes it as
+``DIR`` with one ``os.replace`` of the whole directory. So ``DIR`` always holds exactly one
+run, complete; an interrupted or killed run leaves ``DIR.partial`` with its last complete
+checkpoint, resumable with ``--resume DIR.partial --out DIR``.
+
+The location is checked before any work: ``--out`` must not be a file, lie under a file, or
+be unwritable; a non-empty ``DIR`` or an existing ``DIR.partial`` is refused unless
+``--overwrite`` is given (then a stale ``DIR.partial`` is removed at the start and ``DIR``
+is replaced only at publish time, so a failed run leaves the old ``DIR`` intact) or the
+run resumes from it (``--resume DIR.partial`` continues in place; ``--resume DIR --out DIR``
+extends a finished run and replaces it when done).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from naspipe.errors import UsageError
+from naspipe.fsutil import check_creatable
+from naspipe.runplan import runlock
+
+SUFFIX = ".partial"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    final: Path  # --out: appears only complete
+    work: Path  # DIR.partial: checkpoints, logs and outputs while the run goes
+    in_place: bool = False  # resuming the run that lives in ``work``
+    overwrite: bool = False
+
+    @property
+    def logs(self) -> Path:
+        return self.work / "logs"
+
+
+def plan(out: Path, checkpoint: Path | None, overwrite: bool) -> RunDir:
+    """Check the output location (nothing is written); raise UsageError naming the problem."""
+    if out.name.endswith(SUFFIX) or not out.name:
+        raise UsageError(f"--out {out}: name a run directory (a run works in DIR{SUFFIX} and publishes DIR)")
+    _check_writable(out)
+    work = work_of(out)
+    runlock.refuse_if_held(work, out)  # a live run: name it, whatever else is asked (--overwrite included)
+    source = run_of(checkpoint) if checkpoint is not None else None
+    in_place = source is not None and work.exists() and source.samefile(work)
+    extends = source is not None and out.exists() and source.samefile(out)
+    if out.is_dir() and any(out.iterdir()) and not (overwrite or extends):
+        raise UsageError(f"--out {out}: directory is not empty; pass --overwrite to replace it when this run "
+                         f"completes, or --resume {out} to extend it")
+    if work.exists() and not (overwrite or in_place):
+        raise UsageError(f"--out {out}: {work} holds an interrupted run; continue it with --resume {work} or pass "
+                         "--overwrite to discard it")
+    return RunDir(out, work, in_place, overwrite)
+
+
+def work_of(out: Path) -> Path:
+    return out.with_name(out.name + SUFFIX)
+
+
+def _check_writable(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    check_creatable(out, "--out")
+
+
+def refuse_live_source(checkpoint: Path) -> None:
+    """A checkpoint of a run still in progress may be pruned while it is read: refuse it, naming the run."""
+    source = run_of(checkpoint)
+    if source.name.endswith(SUFFIX):
+        runlock.refuse_if_held(source, source.with_name(source.name[: -len(SUFFIX)]))
+
+
+def run_of(checkpoint: Path) -> Path:
+    """The run directory that holds ``checkpoint`` (RUN/checkpoints/step-N) and its logs."""
+    return checkpoint.absolute().parent.parent
+
+
+def check_logs(checkpoint: Path, manifest: dict[str, Any]) -> None:
+    """The logs the checkpoint counts on are there and at least as long as it recorded."""
+    logs = run_of(checkpoint) / "logs"
+    for name, length in sorted(manifest["logs"].items()):
+        path = logs / name
+        if ".." in Path(name).parts or not path.is_file():
+            raise UsageError(f"checkpoint {checkpoint}: its log {path} is missing (a checkpoint must stay inside its "
+                             "run directory)")
+        if path.stat().st_size < length:
+            raise UsageError(f"checkpoint {checkpoint}: its log {path} is shorter than the {length} bytes it recorded")
+
+
+def publish(run: RunDir) -> None:
+    """Make the complete working directory ``DIR``: one rename (two when replacing an old ``DIR``)."""
+    final = run.final
+    if final.is_dir() and any(final.iterdir()):
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(run.work, final)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    if final.is_dir():
+        final.rmdir()
+    os.replace(run.work, final)
