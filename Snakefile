@@ -13,6 +13,7 @@ if not workflow.overwrite_configfiles:
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/prepare.smk"
+include: "workflow/rules/download.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"

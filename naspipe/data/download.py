@@ -370,3 +370,27 @@ def missing_path_message(dataset: dict[str, Any], field: str) -> str:
     if dataset.get("kind") == "imagenet" and field == "root":
         message += f"; {IMAGENET_HINT}"
     return message
+
+
+def source_problem(name: str, dataset: dict[str, Any], path_keys: Sequence[str]) -> tuple[str, str] | None:
+    """(config key, message) of the first problem of a dataset with a ``source``, else None.
+
+    Checked before any job: the blocks themselves, and that every path of the dataset lies under
+    ``data/NAME``, where the fetch puts the files (a path elsewhere would never appear).
+    """
+    try:
+        parse_sources(dataset["source"], f"datasets.{name}.source")
+    except UsageError as exc:
+        key, _, message = str(exc).partition(": ")
+        return key, message
+    root = PurePosixPath(destination(name))
+    for field in path_keys:
+        if field in dataset and root not in PurePosixPath(str(dataset[field])).parents:
+            return f"datasets.{name}.{field}", f"{dataset[field]!r} is not under {root}/, where the source is fetched"
+    return None
+
+
+def source_args(dataset: dict[str, Any]) -> list[str]:
+    """The ``naspipe fetch --source JSON`` arguments of a dataset's ``source`` (one per block)."""
+    blocks = dataset["source"] if isinstance(dataset["source"], list) else [dataset["source"]]
+    return [json.dumps(block, sort_keys=True) for block in blocks]

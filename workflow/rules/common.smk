@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from naspipe.errors import UsageError
+from naspipe.data.download import missing_path_message, stamp_path
 from naspipe.plan import jobs as plan_jobs
 from naspipe.plan import resources as plan_resources
 from naspipe.plan.cost import estimate
@@ -73,11 +74,13 @@ def _check_schema():
 
 def _check_references():
     for name, dataset in config["datasets"].items():
+        if "source" in dataset:  # fetched by workflow/rules/download.smk, which checks it
+            continue
         for field in PATH_KEYS:
             if field in dataset and not Path(dataset[field]).exists():
                 config_error(
                     f"datasets.{name}.{field}",
-                    f"path {dataset[field]!r} does not exist",
+                    missing_path_message(dataset, field),
                 )
     for name, space in config["spaces"].items():
         dataset = space.get("dataset")
@@ -397,6 +400,8 @@ def prepare_input(wildcards):
     d = config["datasets"][wildcards.dataset]
     if d["kind"] in SYNTHETIC:
         return [f"results/raw/{wildcards.dataset}"]
+    if "source" in d:  # the fetch rule's stamp (workflow/rules/download.smk)
+        return [stamp_path(wildcards.dataset)]
     return [d[k] for k in PATH_KEYS if k in d]
 
 
