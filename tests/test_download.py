@@ -102,6 +102,18 @@ def test_archive_member_and_strip_are_unpacked(tmp_path: Path) -> None:
     assert not (tmp_path / "corpus.tgz").with_name("out.fetch").exists()
 
 
+def test_one_archive_split_into_two_directories_is_downloaded_once(tmp_path: Path) -> None:
+    """The fast.ai CIFAR-10 layout (cifar10/train, cifar10/test) becomes train/ and val/ (what prepare reads)."""
+    archive = _tar_gz(tmp_path / "cifar10.tgz", {"cifar10/train/cat/1.png": b"t", "cifar10/test/cat/2.png": b"v"})
+    url, sha = archive.as_uri(), digest(archive)
+    blocks = [{"url": url, "sha256": sha, "archive": {"member": "cifar10/train", "strip": 1}},
+              {"url": url, "sha256": sha, "archive": {"member": "cifar10/test", "strip": 2, "into": "val"}}]
+    out = tmp_path / "out"
+    fetch([parse_source(b, "s") for b in blocks], out)
+    assert (out / "train" / "cat" / "1.png").read_bytes() == b"t" and (out / "val" / "cat" / "2.png").read_bytes() == b"v"
+    assert json.loads((out / STAMP).read_text())["files"] == ["train/cat/1.png", "val/cat/2.png"]
+
+
 @pytest.mark.parametrize("name", ["../evil.txt", "/etc/evil.txt", "ok/../../evil.txt"])
 def test_tar_entry_escaping_the_destination_is_refused(tmp_path: Path, name: str) -> None:
     archive = _tar_gz(tmp_path / "bad.tar.gz", {"fine.txt": b"x", name: b"pwned"})

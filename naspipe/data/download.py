@@ -53,7 +53,8 @@ class Source:
     ``name``: the file name a plain (non-archive) download is saved as (default: the URL's last
     path component). ``unpack``: whether an archive is unpacked (default: when the URL ends in an
     archive suffix). ``member``: keep only this file or directory of the archive; ``strip``:
-    leading path components removed from what is kept (``tar --strip-components``).
+    leading path components removed from what is kept (``tar --strip-components``); ``into``: a
+    directory of the destination the kept files go to (``test/`` of an archive can become ``val/``).
     """
 
     url: str
@@ -62,6 +63,7 @@ class Source:
     unpack: bool = False
     member: str = ""
     strip: int = 0
+    into: str = ""
 
     @property
     def file_name(self) -> str:
@@ -82,8 +84,8 @@ def parse_source(data: Any, where: str) -> Source:
     url = _url(data.get("url"), f"{where}.url")
     digest = _sha256(data.get("sha256"), f"{where}.sha256")
     name = _name(data.get("name", ""), f"{where}.name")
-    unpack, member, strip = _archive(data.get("archive"), url, f"{where}.archive")
-    source = Source(url, digest, name, unpack, member, strip)
+    unpack, member, strip, into = _archive(data.get("archive"), url, f"{where}.archive")
+    source = Source(url, digest, name, unpack, member, strip, into)
     if not source.unpack and not source.file_name:
         raise UsageError(f"{where}.name: required: the URL {url!r} ends without a file name")
     return source
@@ -121,16 +123,16 @@ def _name(value: Any, where: str) -> str:
     return value
 
 
-def _archive(value: Any, url: str, where: str) -> tuple[bool, str, int]:
-    """(unpack, member, strip) of an ``archive`` setting; the default follows the URL's suffix."""
+def _archive(value: Any, url: str, where: str) -> tuple[bool, str, int, str]:
+    """(unpack, member, strip, into) of an ``archive`` setting; the default follows the URL's suffix."""
     if value is None:
-        return is_archive(url), "", 0
+        return is_archive(url), "", 0, ""
     if isinstance(value, bool):
         if value and not is_archive(url):
             raise UsageError(f"{where}: {url!r} does not end in {', '.join(ARCHIVE_SUFFIXES)}")
-        return value, "", 0
-    if not isinstance(value, dict) or set(value) - {"member", "strip"}:
-        raise UsageError(f"{where}: expected true, false or a mapping of member and strip, got {value!r}")
+        return value, "", 0, ""
+    if not isinstance(value, dict) or set(value) - {"member", "strip", "into"}:
+        raise UsageError(f"{where}: expected true, false or a mapping of member, strip and into, got {value!r}")
     if not is_archive(url):
         raise UsageError(f"{where}: {url!r} does not end in {', '.join(ARCHIVE_SUFFIXES)}")
     member = value.get("member", "")
@@ -139,7 +141,10 @@ def _archive(value: Any, url: str, where: str) -> tuple[bool, str, int]:
     strip = value.get("strip", 0)
     if isinstance(strip, bool) or not isinstance(strip, int) or strip < 0:
         raise UsageError(f"{where}.strip: expected an integer >= 0, got {strip!r}")
-    return True, member.strip("/"), strip
+    into = value.get("into", "")
+    if not isinstance(into, str) or (into and not _relative(into)):
+        raise UsageError(f"{where}.into: expected a relative directory, got {into!r}")
+    return True, member.strip("/"), strip, _relative(into) or ""
 
 
 def is_archive(url: str) -> bool:
@@ -186,15 +191,16 @@ def _fetch_one(source: Source, dest: Path, staging: Path, tree: Path) -> list[st
     if not source.unpack and _has_digest(dest / source.file_name, source.sha256):
         return [source.file_name]  # present with the right bytes: nothing to download
     download = staging / "download"
-    got = _download(source.url, download)
-    if got != source.sha256:
-        raise DataError(f"{source.url}: sha256 mismatch: expected {source.sha256}, got {got}")
+    kept = staging / "download.url"  # an archive named by several blocks (one member each) is read once
+    if not (download.exists() and kept.read_text() == f"{source.url} {source.sha256}"):
+        got = _download(source.url, download)
+        if got != source.sha256:
+            raise DataError(f"{source.url}: sha256 mismatch: expected {source.sha256}, got {got}")
+        kept.write_text(f"{source.url} {source.sha256}")
     if not source.unpack:
         os.replace(download, tree / source.file_name)
         return [source.file_name]
-    written = unpack(download, tree, source.url, source.member, source.strip)
-    download.unlink()
-    return written
+    return unpack(download, tree, source.url, source.member, source.strip, source.into)
 
 
 def _download(url: str, target: Path) -> str:
@@ -248,19 +254,22 @@ def _publish(tree: Path, dest: Path) -> None:
 # -- safe unpacking -----------------------------------------------------------------------
 
 
-def unpack(archive: Path, tree: Path, url: str, member: str = "", strip: int = 0) -> list[str]:
+def unpack(archive: Path, tree: Path, url: str, member: str = "", strip: int = 0, into: str = "") -> list[str]:
     """Unpack ``archive`` (tar, gzip-compressed or not, or zip) into ``tree``; the files written.
 
     Every entry is checked before anything is written: an absolute path, a ``..`` component, a
     link or a device refuses the archive with one line naming the URL and the entry.
     """
+    target = tree / into
     if zipfile.is_zipfile(archive):
-        return _unpack_zip(archive, tree, url, member, strip)
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            return _unpack_tar(tar, tree, url, member, strip)
-    except tarfile.TarError as exc:
-        raise DataError(f"{url}: not a readable tar or zip archive ({exc})") from None
+        written = _unpack_zip(archive, target, url, member, strip)
+    else:
+        try:
+            with tarfile.open(archive, "r:*") as tar:
+                written = _unpack_tar(tar, target, url, member, strip)
+        except tarfile.TarError as exc:
+            raise DataError(f"{url}: not a readable tar or zip archive ({exc})") from None
+    return [f"{into}/{name}" if into else name for name in written]
 
 
 def _unpack_tar(tar: tarfile.TarFile, tree: Path, url: str, member: str, strip: int) -> list[str]:
