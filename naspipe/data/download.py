@@ -384,8 +384,8 @@ def missing_path_message(dataset: dict[str, Any], field: str) -> str:
 def source_problem(name: str, dataset: dict[str, Any], path_keys: Sequence[str]) -> tuple[str, str] | None:
     """(config key, message) of the first problem of a dataset with a ``source``, else None.
 
-    Checked before any job: the blocks themselves, and that every path of the dataset lies under
-    ``data/NAME``, where the fetch puts the files (a path elsewhere would never appear).
+    Checked before any job: the blocks themselves, and that every path of the dataset is ``data/NAME``
+    or lies under it, where the fetch puts the files (a path elsewhere would never appear).
     """
     try:
         parse_sources(dataset["source"], f"datasets.{name}.source")
@@ -394,7 +394,8 @@ def source_problem(name: str, dataset: dict[str, Any], path_keys: Sequence[str])
         return key, message
     root = PurePosixPath(destination(name))
     for field in path_keys:
-        if field in dataset and root not in PurePosixPath(str(dataset[field])).parents:
+        path = PurePosixPath(str(dataset[field])) if field in dataset else root
+        if path != root and root not in path.parents:
             return f"datasets.{name}.{field}", f"{dataset[field]!r} is not under {root}/, where the source is fetched"
     return None
 
