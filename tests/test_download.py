@@ -110,7 +110,8 @@ def test_one_archive_split_into_two_directories_is_downloaded_once(tmp_path: Pat
               {"url": url, "sha256": sha, "archive": {"member": "cifar10/test", "strip": 2, "into": "val"}}]
     out = tmp_path / "out"
     fetch([parse_source(b, "s") for b in blocks], out)
-    assert (out / "train" / "cat" / "1.png").read_bytes() == b"t" and (out / "val" / "cat" / "2.png").read_bytes() == b"v"
+    assert (out / "train" / "cat" / "1.png").read_bytes() == b"t"
+    assert (out / "val" / "cat" / "2.png").read_bytes() == b"v"
     assert json.loads((out / STAMP).read_text())["files"] == ["train/cat/1.png", "val/cat/2.png"]
 
 
@@ -202,3 +203,20 @@ def test_missing_imagenet_says_where_to_put_it(tmp_path: Path) -> None:
     line = [x for x in err.splitlines() if "config error" in x]
     assert len(line) == 1 and "datasets.imagenet.root: path 'data/imagenet' does not exist" in line[0]
     assert "ImageNet cannot be downloaded" in line[0] and "config/README.md" in line[0]
+
+
+def test_dry_run_refuses_a_source_dataset_path_outside_its_fetch(tmp_path: Path) -> None:
+    config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    config["datasets"] = {"m30k": {
+        "kind": "wmt", "vocab_size": 48, "src": "data/m30k/train.en.gz", "tgt": "elsewhere/train.de.gz",
+        "source": {"url": "file:///nowhere/train.en.gz", "sha256": "a" * 64},
+    }}
+    config["spaces"] = {"nlp.tiny": {"dataset": "m30k"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code, _, err = _snakemake_dry_run(path, tmp_path)
+    assert code == 2
+    assert [x for x in err.splitlines() if "config error" in x] == [
+        "naspipe workflow: config error: datasets.m30k.tgt: 'elsewhere/train.de.gz' is not under data/m30k/, "
+        "where the source is fetched"
+    ]

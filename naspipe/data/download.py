@@ -404,3 +404,12 @@ def source_args(dataset: dict[str, Any]) -> list[str]:
     """The ``naspipe fetch --source JSON`` arguments of a dataset's ``source`` (one per block)."""
     blocks = dataset["source"] if isinstance(dataset["source"], list) else [dataset["source"]]
     return [json.dumps(block, sort_keys=True) for block in blocks]
+
+
+def first_source_problem(datasets: dict[str, Any], path_keys: Sequence[str]) -> tuple[str, str] | None:
+    """The first :func:`source_problem` among a config's datasets (those with a ``source``)."""
+    for name, dataset in datasets.items():
+        problem = source_problem(name, dataset, path_keys) if "source" in dataset else None
+        if problem is not None:
+            return problem
+    return None

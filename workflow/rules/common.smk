@@ -74,7 +74,8 @@ def _check_schema():
 
 def _check_references():
     for name, dataset in config["datasets"].items():
-        if "source" in dataset:  # fetched by workflow/rules/download.smk, which checks it
+        # fetched by workflow/rules/download.smk, which checks it
+        if "source" in dataset:
             continue
         for field in PATH_KEYS:
             if field in dataset and not Path(dataset[field]).exists():

@@ -6,18 +6,15 @@ prepare_input). A dataset without `source` is read from its paths as before. Dow
 submitting host (localrules): cluster nodes often have no internet.
 """
 
-from naspipe.data.download import source_args, source_problem, stamp_path, destination
+from naspipe.data.download import (
+    destination,
+    first_source_problem,
+    source_args,
+    stamp_path,
+)
 
-
-def _check_sources():
-    for name, dataset in config["datasets"].items():
-        if "source" in dataset:
-            problem = source_problem(name, dataset, PATH_KEYS)
-            if problem is not None:
-                config_error(*problem)
-
-
-_check_sources()
+if (problem := first_source_problem(config["datasets"], PATH_KEYS)) is not None:
+    config_error(*problem)
 
 
 localrules:
