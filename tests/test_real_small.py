@@ -68,3 +68,47 @@ def test_dry_run_of_real_small_plans_fetch_prepare_and_the_csp_runs(tmp_path: Pa
     runs = set(re.findall(r"^\s*output: (results/runs/\S+)$", done.stdout, re.MULTILINE))
     assert runs == {f"results/runs/{s}/{y}" for s in ("nlp.tiny", "cv.tiny")
                     for y in ("sequential/D1-seed0", "csp/D2-seed0")}
+
+
+def trivial_bleu_baselines(data: Path, split: str, batches: int) -> dict[str, float | str]:
+    """BLEU of two outputs that know nothing of the source sentence's meaning, scored as ``naspipe evaluate``
+    scores (same batches, BPE, 24-token truncation, sacrebleu): copying the source, and one constant
+    "mode sentence" (the most frequent training target token at each position, as long as the median target).
+
+    docs/data.md quotes them for real-small.yaml: ``python -c "from tests.test_real_small import *;
+    print(trivial_bleu_baselines(Path('results/data/multi30k'), 'test', 32))"``.
+    """
+    from collections import Counter
+
+    from naspipe.data.metrics import bleu
+    from naspipe.search.decode import Detokenizer, strip
+    from naspipe.space.registry import make_space
+
+    options = {**load("real-small.yaml")["spaces"]["nlp.tiny"]["options"], "data": str(data)}
+    detok = Detokenizer(str(data))
+    train = make_space("nlp.tiny", {**options, "split": "train"}, "causal")
+    targets = [strip(row.tolist()) for i in range(200) for row in train.batch(i, 0).targets[0]]
+    columns = [Counter(t[p] for t in targets if len(t) > p) for p in range(options["seq_len"])]
+    length = sorted(len(t) for t in targets)[len(targets) // 2]
+    mode = detok([columns[p].most_common(1)[0][0] for p in range(length)])
+    held = make_space("nlp.tiny", {**options, "split": split}, "causal")
+    refs, copies = [], []
+    for i in range(batches):
+        batch = held.batch(i, 0)
+        refs += [detok(strip(row.tolist())) for row in batch.targets[0]]
+        copies += [detok(strip(row.tolist())) for row in batch.inputs[0]]
+    return {"copy_source": bleu(copies, refs), "mode_sentence": bleu([mode] * len(refs), refs), "mode": mode}
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "multi30k").is_dir(), reason="../shared/data/multi30k is absent")
+def test_trivial_baselines_on_multi30k_are_near_zero(tmp_path: Path) -> None:
+    """The floor real-small's BLEU is compared with: copying English below 1, a constant German sentence below 2."""
+    from naspipe.data.wmt import prepare_wmt
+
+    raw = SHARED_DATA / "multi30k"
+    data = tmp_path / "multi30k"
+    prepare_wmt(raw / "train.en.gz", raw / "train.de.gz", data, load("real-small.yaml")["datasets"]["multi30k"]
+                ["vocab_size"], test_src=raw / "test_2016_flickr.en.gz", test_tgt=raw / "test_2016_flickr.de.gz")
+    scores = trivial_bleu_baselines(data, "test", 32)
+    assert float(scores["copy_source"]) < 1.0 and float(scores["mode_sentence"]) < 2.0
+    assert str(scores["mode"]).startswith("Ein Mann")
