@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 import jsonschema
 import yaml
 
+from naspipe.data.download import missing_path_message
 from naspipe.plan.datasets import DATA_FAMILY, PATH_KEYS, SPACE_FAMILY
 
 
@@ -56,9 +57,11 @@ def schema_error(config: dict[str, Any], schema_file: Path) -> ConfigError:
 def check_references(config: dict[str, Any]) -> None:
     """Dataset paths exist; every space's dataset is a key of ``datasets`` and of the space's family."""
     for name, dataset in config["datasets"].items():
+        if "source" in dataset:  # fetched by workflow/rules/download.smk, which checks it
+            continue
         for field in PATH_KEYS:
             if field in dataset and not Path(dataset[field]).exists():
-                raise ConfigError(f"datasets.{name}.{field}", f"path {dataset[field]!r} does not exist")
+                raise ConfigError(f"datasets.{name}.{field}", missing_path_message(dataset, field))
     for name, space in config["spaces"].items():
         dataset = space.get("dataset")
         if dataset is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from naspipe.data.download import stamp_path
 from naspipe.plan import paths
 
 PATH_KEYS = ("src", "tgt", "valid_src", "valid_tgt", "test_src", "test_tgt", "path", "root")
@@ -41,6 +42,8 @@ def prepare_input(name: str, dataset: dict[str, Any]) -> list[str]:
     """What preparing a dataset reads: its generated raw directory, or the user's files."""
     if dataset["kind"] in SYNTHETIC:
         return [paths.path("raw", dataset=name)]
+    if "source" in dataset:  # the fetch rule's stamp (workflow/rules/download.smk)
+        return [stamp_path(name)]
     return [dataset[k] for k in PATH_KEYS if k in dataset]
 
 

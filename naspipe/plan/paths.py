@@ -28,6 +28,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "table": ("tables", "{name}", ".csv"),
     "table_md": ("tables", "{name}", ".md"),
     "figure": ("figures", "{name}", ".png"),
+    "fitted_spec": ("calibration", "{name}", ".yaml"),
 }
 
 

@@ -51,6 +51,18 @@ def ablation_variants() -> dict[str, tuple[str, str]]:
     return dict(plan_jobs.ABLATION_SYSTEMS)
 
 
+PAPER_SPACES = frozenset({"nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"})
+CALIBRATION_TABLES = ("calibration", "attribution", "accounting", "bubble_models")
+
+
+def calibration_outputs(simulate: dict[str, Any]) -> list[str]:
+    """The calibration rules' outputs, wanted when the `simulate` key simulates one of the paper's spaces."""
+    if not PAPER_SPACES & set(simulate.get("spaces", [])):
+        return []
+    return [paths.path("fitted_spec", name="rtx2080ti-paper-fit"),
+            *(paths.path("table", name=name) for name in CALIBRATION_TABLES)]
+
+
 def set_args(pairs: Iterable[str]) -> str:
     """Quoted ``--set K=V ...`` for a shell command."""
     return " ".join(f"--set {shlex.quote(pair)}" for pair in pairs)

@@ -9,26 +9,16 @@ are part of the default target when the `simulate` key simulates any of the pape
 (config/config.yaml and config/paper.yaml do; the tiny CI config does not).
 """
 
-PAPER_SPACES = {"nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"}
-CALIBRATION_OUTPUTS = (
-    [
-        "results/calibration/rtx2080ti-paper-fit.yaml",
-        "results/tables/calibration.csv",
-        "results/tables/attribution.csv",
-        "results/tables/accounting.csv",
-        "results/tables/bubble_models.csv",
-    ]
-    if PAPER_SPACES & set(SIMULATE.get("spaces", []))
-    else []
-)
+FITTED_SPEC = path("fitted_spec", name="rtx2080ti-paper-fit")
+CALIBRATION_OUTPUTS = calibration_outputs(SIMULATE)
 
 
 rule calibrate:
     output:
-        spec="results/calibration/rtx2080ti-paper-fit.yaml",
-        table="results/tables/calibration.csv",
+        spec=FITTED_SPEC,
+        table=path("table", name="calibration"),
     log:
-        "results/logs/calibrate/calibrate.log",
+        logfile("calibrate"),
     conda:
         CONDA_ENV
     threads: 1
@@ -38,12 +28,12 @@ rule calibrate:
 
 rule attribute:
     input:
-        spec="results/calibration/rtx2080ti-paper-fit.yaml",
+        spec=FITTED_SPEC,
     output:
-        table="results/tables/attribution.csv",
-        accounting="results/tables/accounting.csv",
+        table=path("table", name="attribution"),
+        accounting=path("table", name="accounting"),
     log:
-        "results/logs/calibrate/attribute.log",
+        logfile("attribute"),
     conda:
         CONDA_ENV
     threads: 1
@@ -54,11 +44,11 @@ rule attribute:
 
 rule bubble_models:
     input:
-        spec="results/calibration/rtx2080ti-paper-fit.yaml",
+        spec=FITTED_SPEC,
     output:
-        "results/tables/bubble_models.csv",
+        path("table", name="bubble_models"),
     log:
-        "results/logs/calibrate/bubble_models.log",
+        logfile("bubble_models"),
     conda:
         CONDA_ENV
     threads: 1

@@ -7,6 +7,7 @@ their commands and resources; naspipe.plan.paths says where every output and log
 from naspipe.plan.paths import logfile, path
 from naspipe.plan.workflow import (
     ablation_variants,
+    calibration_outputs,
     claims_tables,
     report_outputs,
     set_args,
