@@ -174,7 +174,7 @@ def _snakemake_dry_run(config: Path, workdir: Path) -> tuple[int, str, str]:
 
 @needs_shared
 def test_dry_run_plans_the_fetch_before_prepare(tmp_path: Path) -> None:
-    config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    config = yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())
     original = MULTI30K / "val.en.gz"
     config["datasets"] = {"m30k": {
         "kind": "wmt", "vocab_size": 48, "src": "data/m30k/val.en.gz", "tgt": "data/m30k/val.en.gz",
@@ -194,7 +194,7 @@ def test_dry_run_plans_the_fetch_before_prepare(tmp_path: Path) -> None:
 
 
 def test_missing_imagenet_says_where_to_put_it(tmp_path: Path) -> None:
-    config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    config = yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())
     config["datasets"]["imagenet"] = {"kind": "imagenet", "root": "data/imagenet"}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -206,7 +206,7 @@ def test_missing_imagenet_says_where_to_put_it(tmp_path: Path) -> None:
 
 
 def test_dry_run_refuses_a_source_dataset_path_outside_its_fetch(tmp_path: Path) -> None:
-    config = yaml.safe_load((ROOT / ".test" / "config.yaml").read_text())
+    config = yaml.safe_load((ROOT / ".test" / "config" / "config.yaml").read_text())
     config["datasets"] = {"m30k": {
         "kind": "wmt", "vocab_size": 48, "src": "data/m30k/train.en.gz", "tgt": "elsewhere/train.de.gz",
         "source": {"url": "file:///nowhere/train.en.gz", "sha256": "a" * 64},
