@@ -6,7 +6,7 @@ One module per concept, so a reader of a profile never loads the torch measuring
 - :mod:`~naspipe.profile.costs`: rows -> one cost per supernet position, for the partitioner;
 - :mod:`~naspipe.profile.table`: rows -> the markdown of the paper's Table 5;
 - :mod:`~naspipe.profile.measure`: the measuring itself (torch);
-- :mod:`~naspipe.profile.cli`: ``naspipe profile``.
+- ``naspipe profile`` itself is :mod:`naspipe.commands.profile`.
 
 The names below are resolved lazily on first use (``from naspipe.profile import
 read_profile_csv`` imports only the CSV module), so the training job can read a profile

@@ -48,7 +48,7 @@ class SubnetLayers:
 def stage_layer_ids(plan: PipelinePlan, stage: int, subnets: int) -> list[int]:
     """Every layer ``stage`` builds and keeps: all candidates of its home positions (the static
     partition), and with per-subnet partitions every layer one of the first ``subnets`` subnets
-    runs there (a mirrored copy). The runtime's :meth:`naspipe.runtime.job.Job.stage_layer_ids`,
+    runs there (a mirrored copy). The runtime's :meth:`naspipe.runplan.job.Job.stage_layer_ids`,
     without torch (a test compares them)."""
     return stage_layer_sets(plan, subnets, (stage,))[0]
 
