@@ -32,11 +32,16 @@ the plain loop is the same computation, not an approximation of it.
 
     python benchmarks/bench_overhead.py [--spaces nlp.tiny cv.tiny toy] [--steps 400]
         [--repeats 3] [--json FILE]
+
+``--in-process`` runs both loops (recompute off) in this one process instead, alternating,
+and prints the per-repeat loop-CPU ratios: the loops' own cost on one heap, without either
+process's start-up (:func:`in_process`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -145,6 +150,29 @@ def run_naspipe(space: str, steps: int, recompute: bool, out: Path) -> dict[str,
             "wall_s": wall, "losses": losses}
 
 
+def in_process(space: str, steps: int, repeats: int, tmp: Path) -> list[float]:
+    """Per repeat, plain / naspipe loop CPU with both run in this one process (alternating order):
+    one heap, one set of imports, the load of the moment shared; the loop's cost without either
+    process's start-up. naspipe runs as ``naspipe.cli.main`` (a one-stage run trains in-process)."""
+    from naspipe.cli import main as naspipe_main
+
+    ratios = []
+    for repeat in range(repeats):
+        cpu: dict[str, float] = {}
+        for kind in ("plain", "naspipe") if repeat % 2 == 0 else ("naspipe", "plain"):
+            if kind == "plain":
+                cpu[kind] = plain_train(plain_config(space, steps)).loop_cpu_s
+                continue
+            out = tmp / f"{space}-inproc-{repeat}"
+            with open(os.devnull, "w", encoding="utf-8") as null, contextlib.redirect_stdout(null):
+                naspipe_main(["train", "--space", space, "--system", "sequential", "--stages", "1", "--steps",
+                              str(steps), "--set", "recompute=false", "--set", "progress=off", "--out", str(out)])
+            metrics = json.loads((out / "metrics.json").read_text())
+            cpu[kind] = sum(e["loop_cpu_s"] for e in metrics["stage_extra"])
+        ratios.append(cpu["plain"] / cpu["naspipe"])
+    return ratios
+
+
 def one_repeat(spaces: list[str], steps: int, repeat: int, tmp: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """Every space's three runs (plain, recompute off, recompute on), in an order rotated per repeat."""
     kinds = ["plain", "off", "on"]
@@ -198,7 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the raw runs and the summary here")
     parser.add_argument("--plain", metavar="SPACE", help=argparse.SUPPRESS)  # internal: one plain run
+    parser.add_argument("--in-process", action="store_true",
+                        help="recompute off only: both loops in this process, loop-CPU ratios per repeat")
     args = parser.parse_args(argv)
+    if args.in_process:
+        print(f"load average {os.getloadavg()[0]:.1f}; {args.steps} steps; plain / naspipe loop CPU, in-process")
+        with tempfile.TemporaryDirectory(prefix="naspipe-overhead-") as tmp:
+            for space in args.spaces:
+                ratios = in_process(space, args.steps, args.repeats, Path(tmp))
+                print(f"{space:9} median {statistics.median(ratios):.3f}  ({' '.join(f'{r:.3f}' for r in ratios)})")
+        return 0
     if args.plain:
         run = plain_train(plain_config(args.plain, args.steps))
         args.json.write_text(json.dumps({"losses": [float.hex(x) for x in run.losses], "loop_s": run.loop_s,

@@ -145,8 +145,21 @@ class StageLogs:
 
     def close(self) -> None:
         self.sync()
+        self._close_files()
+
+    def abort(self) -> None:
+        """The stage failed: close the open files now (their buffered lines go out with the close).
+
+        Left open, they would be flushed whenever the dead worker is collected: in a process that
+        resumes the run (tests, notebooks: one-stage runs train in the caller's process), that can be
+        after the resume truncated the logs to its checkpoint's lengths, appending the failed run's
+        last lines to the resumed run's (a duplicated loss row). No fsync: a resume truncates them.
+        """
+        self._close_files()
+
+    def _close_files(self) -> None:
         for f in (self._losses, self._trace):
-            if f is not None:
+            if f is not None and not f.closed:
                 f.close()
 
 

@@ -81,14 +81,11 @@ class StageWorker:
 
     # -- main loop ------------------------------------------------------------
     def run(self) -> StageReport:
-        while self.policy.finished < self.steps:
-            self._admit()
-            self._drain(timeout=0)
-            task = self.policy.next_task()
-            if task is None:
-                self._wait()
-            else:
-                self._execute(task)
+        try:
+            self._train()
+        except BaseException:
+            self.recorder.logs.abort()  # now, not when the collector frees this worker (see StageLogs.abort)
+            raise
         self.recorder.finish()
         self._say_goodbye()
         lengths = self.recorder.logs.sync()
@@ -98,6 +95,16 @@ class StageWorker:
         if self.context is not None:
             self.context.close()
         return report
+
+    def _train(self) -> None:
+        while self.policy.finished < self.steps:
+            self._admit()
+            self._drain(timeout=0)
+            task = self.policy.next_task()
+            if task is None:
+                self._wait()
+            else:
+                self._execute(task)
 
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
@@ -200,7 +207,7 @@ class StageWorker:
     def _forward(self, y: int, layers: tuple[int, ...]) -> None:
         start = self.recorder.now()
         if self.stage == 0:
-            inputs = tuple(t.to(self.device) for t in self.job.space.batch(y, self.job.config.seed).inputs)
+            inputs = tuple(t.to(self.device) for t in self.executor.batch(y).inputs)
         else:
             inputs = self._inbox.pop(("F", y))  # type: ignore[assignment]
         output = self.executor.forward(y, layers, inputs)
