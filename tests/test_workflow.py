@@ -19,6 +19,7 @@ import yaml
 from tests.workflow_dryrun import paper_workdir
 
 ROOT = Path(__file__).resolve().parents[1]
+TEST_CONFIG = ROOT / ".test" / "config" / "config.yaml"
 FAKE_SLURM = ROOT / "tests" / "fake_slurm"
 BIN = Path(sys.executable).parent
 
@@ -234,7 +235,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not train_supports_overwrite():
         pytest.skip("needs `naspipe train --overwrite` (merged from another branch)")
     work = tmp_path_factory.mktemp("tiny")
-    done = snakemake("--cores", "2", "--configfile", str(ROOT / ".test" / "config" / "config.yaml"), "--directory", str(work))
+    done = snakemake("--cores", "2", "--configfile", str(TEST_CONFIG), "--directory", str(work))
     assert done.returncode == 0, done.stderr[-3000:]
     return work
 
@@ -279,7 +280,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
 
 @pytest.mark.slow  # the whole tiny workflow, search phase included: ~6 min on 2 busy cores
 def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: Path, tmp_path: Path) -> None:
-    again = snakemake("-n", "--configfile", str(ROOT / ".test" / "config" / "config.yaml"), "--directory", str(tiny_run))
+    again = snakemake("-n", "--configfile", str(TEST_CONFIG), "--directory", str(tiny_run))
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
     config = load(".test/config/config.yaml")
     config["spaces"]["toy"] = {"options": {"blocks": 5}}
