@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from naspipe import systems
 from naspipe.errors import UsageError
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def _label(metrics: dict) -> str:
     config = metrics.get("config", {})
     system, stages = metrics.get("system", "?"), metrics.get("stages", "?")
     label = f"{system} D={stages}"
-    if system in ("gpipe", "vpipe"):
+    if system in systems.with_capability("bulk_synchronous"):  # its bulk size is part of what ran
         label += f" B={config.get('bulk_size') or stages}"
     return label
 
