@@ -13,6 +13,7 @@ from naspipe.report.inputs import ReportInputs
 from naspipe.report.section import Figure, Table
 
 SECTIONS: tuple[str, ...] = (
+    "naspipe.report.run_summary",  # right after the claims (naspipe.report.document)
     "naspipe.report.table1_spaces",
     "naspipe.report.table2_systems",
     "naspipe.report.table3_reproducibility",
