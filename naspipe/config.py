@@ -298,6 +298,14 @@ MIRROR_SYSTEMS = ("csp", "csp-no-scheduler", "csp-no-predictor", "csp-artifact")
 CACHE_SYSTEMS = (*MIRROR_SYSTEMS, "sequential")
 
 
+def _baseline_inflight(config: Config) -> int:
+    """Subnets a baseline holds between a forward and its update: its bulk (gpipe, vpipe), ``D`` (pipedream).
+    Under windowed shared layers the window must cover them, or a subnet would need a window not yet applied."""
+    if config.system in ("gpipe", "vpipe"):
+        return config.bulk_size or config.stages
+    return config.stages if config.system == "pipedream" else 1
+
+
 def _check_ranges(config: Config) -> None:
     """Every value in its range before anything runs, so a bad one is one line, not a stage traceback."""
     o = config.optimizer
@@ -320,6 +328,8 @@ def _check_ranges(config: Config) -> None:
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
         ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
         ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
+        ("shared_window", config.shared_policy != "windowed" or config.shared_window >= _baseline_inflight(config),
+         f"must be >= the subnets {config.system} has in flight ({_baseline_inflight(config)}) under windowed"),
         ("partition_mode", config.partition_mode == "static" or config.system in MIRROR_SYSTEMS,
          f"per-subnet needs system {' or '.join(MIRROR_SYSTEMS)}"),
         ("cache.enabled", not config.cache.enabled or config.recompute,
