@@ -80,7 +80,7 @@ def loss_rows(frame: pd.DataFrame) -> list[dict[str, str]]:
 
 def spread_rows(table3: pd.DataFrame) -> list[dict[str, str]]:
     """One line per space: CSP's final loss over the stage counts against the baselines' spread (Table 3)."""
-    rows = []
+    rows: list[dict[str, str]] = []
     if table3.empty:
         return rows
     for space, group in table3.groupby("space", sort=True):

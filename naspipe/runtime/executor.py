@@ -32,9 +32,10 @@ unchanged):
   clones) go to the gradient stash and are applied to the live parameters at the update.
 
 Windowed shared layers (``windows``, :mod:`naspipe.runtime.windowed`; every system keeps the
-window rule, the baselines with their gradient stash beside it) run the same way as weight stashing, through :func:`torch.func.functional_call`, but
-on the version the window rule says the subnet reads; their gradients wait for the subnet's
-update, which adds them to the window's sum in subnet order.
+window rule, the baselines with their gradient stash beside it) run the same way as weight
+stashing, through :func:`torch.func.functional_call`, but on the version the window rule says
+the subnet reads; their gradients wait for the subnet's update, which adds them to the
+window's sum in subnet order (never to the gradient stash).
 """
 
 from __future__ import annotations
