@@ -92,6 +92,13 @@ def test_each_phenomenon_fails_with_its_reason_on_tables_built_to_fail():
     assert "4 stage processes share 2 CPU cores" in speed["why"]
 
 
+def test_a_space_without_a_csp_comparison_says_so():
+    t3 = table3({}, {1: 3.25, 2: 3.5}, {1: 3.25, 2: 3.3})
+    (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
+    assert line["measured"].startswith("csp not compared; gpipe spread 0.25")
+    assert line["shows"] == "no" and line["why"] == "csp ran at fewer than two stage counts"
+
+
 def test_a_baseline_without_spread_is_named():
     t3 = table3({1: 3.25, 2: 3.25}, {1: 3.25, 2: 3.25}, {1: 3.25, 2: 3.5})
     (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
