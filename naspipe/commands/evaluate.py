@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     which.add_argument("--subnets", type=Path, metavar="FILE",
                        help='subnet file: {"choices": [...]}, {"subnets": [[...], ...]} or a list of lists')
     which.add_argument("--sample", type=int, metavar="K", help="K distinct uniformly drawn subnets (see --seed)")
+    which.add_argument("--own-subnet", nargs="*", type=Path, metavar="RUN",
+                       help="score --run and each further RUN (retrains: 'naspipe train --subnet') on the one subnet "
+                       "each was trained with, one row per run, in one process (no per-run start-up)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     p.add_argument("--every-checkpoint", action="store_true",
                    help="score every complete checkpoint of --run (columns step and wall_s)")
@@ -47,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample} must be >= 1")
     supernet = open_supernet(args.run)  # every input is checked before any scoring or writing
-    subnets = _subnets(args, supernet)
-    targets = _targets(args, supernet)
-    header, rows = _score(args, targets, subnets)
+    if args.own_subnet is not None:
+        header, rows = _score_own(args, [supernet, *(open_supernet(r) for r in args.own_subnet)])
+    else:
+        header, rows = _score(args, _targets(args, supernet), _subnets(args, supernet))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, csv_text(header, rows))
     return 0
@@ -98,6 +102,26 @@ def _score(args: argparse.Namespace, targets: list[TrainedSupernet],
                          *(scores[m] for m in metrics)])
     where = ["space", "system", "stages", "seed", "step", "wall_s"] if args.every_checkpoint else ["step"]
     return [*where, "subnet", "choices", *metrics], rows
+
+
+def _score_own(args: argparse.Namespace, targets: list[TrainedSupernet]) -> tuple[list[str], list[list[object]]]:
+    """Each retrained run scored on the subnet it was trained with (its config key ``subnet``)."""
+    from naspipe.search.evaluate import EvalSettings, Evaluator, metric_names
+    from naspipe.subnet import Subnet
+
+    device = eval_device(args.device, args.threads)
+    settings = EvalSettings(args.split, args.batches, args.beam, args.calib_batches)
+    metrics = metric_names(targets[0].space)
+    rows: list[list[object]] = []
+    for index, target in enumerate(targets):
+        if not target.config.subnet:
+            raise UsageError(f"--own-subnet: {target.checkpoint} trained no fixed subnet (config key subnet is empty)")
+        if metric_names(target.space) != metrics:
+            raise UsageError(f"--own-subnet: run {target.checkpoint} is scored by other metrics than {args.run}")
+        subnet = Subnet(tuple(target.config.subnet))
+        scores = Evaluator(target, settings, device).score(subnet)
+        rows.append([target.config.space_name, target.step, index, str(subnet), *(scores[m] for m in metrics)])
+    return ["space", "step", "subnet", "choices", *metrics], rows
 
 
 def _where(target: TrainedSupernet, start: float | None, over_time: bool) -> list[object]:

@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--tables", nargs="+", action="extend", type=Path, default=[], metavar="F.csv",
                    help="more tables the claims read, each by its file stem (calibration.csv, attribution.csv, "
                    "bubble_models.csv)")
+    p.add_argument("--random-retrained", nargs="+", action="extend", type=Path, default=[], metavar="F.csv",
+                   help="'naspipe evaluate --own-subnet' CSVs of random subnets retrained like the search winner "
+                   "(the run summary's search line)")
     p.add_argument("--claims", type=Path, default=None, help="a claims ledger (default: the package's)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
     return p
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     ledger = load_claims(args.claims)
     extra = read_extra(args.tables)
     inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations, args.search, args.curve,
-                         args.simulated)
+                         args.simulated, args.random_retrained)
     sections = build_sections(inputs)
     texts = {s.name: s.csv() for s in sections if not isinstance(s, Figure) or s.data is not None}
     sections = [claims_section.build(ledger, {**from_csv_texts(texts), **extra}), *sections]

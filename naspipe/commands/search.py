@@ -32,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--metric", help="score to maximise: bleu (NLP default), top1 (CV default), top5, token_acc, "
                    "or loss (minimised)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--random-subnets", type=int, default=0, metavar="K",
+                   help="also write random-0.json .. random-(K-1).json: K distinct uniformly drawn subnets (seeded by "
+                   "--seed, as 'naspipe evaluate --sample K') to retrain beside the winner as its baseline")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     return p
 
@@ -39,12 +42,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 def run(args: argparse.Namespace) -> int:
     from naspipe.search.evaluate import EvalSettings, Evaluator, default_metric, higher_is_better, metric_names
     from naspipe.search.evolution import SearchSettings, run_search
+    from naspipe.search.options import sample_subnets
     from naspipe.search.outputs import check_out_dir, write_search
     from naspipe.search.supernet import open_supernet
 
     settings = SearchSettings(args.method, args.seed, args.population, args.generations, args.mutation_prob,
                               args.crossover, args.parents).checked()
     check_eval_options(args)
+    if args.random_subnets < 0:
+        raise UsageError(f"--random-subnets {args.random_subnets} must be >= 0")
     check_out_dir(args.out)
     supernet = open_supernet(args.run)
     names = metric_names(supernet.space)
@@ -64,5 +70,6 @@ def run(args: argparse.Namespace) -> int:
     summary = {"metric": metric, "method": settings.method, "seed": settings.seed, "run": str(args.run),
                "step": supernet.step, "evaluations": len(candidates), "space": supernet.space.name,
                "system": supernet.config.system, "stages": supernet.config.stages, "train_seed": supernet.config.seed}
-    write_search(args.out, candidates, dict(enumerate(scored)), names, summary)
+    randoms = sample_subnets(supernet.space.structure.choices_per_block, args.random_subnets, args.seed)
+    write_search(args.out, candidates, dict(enumerate(scored)), names, summary, randoms)
     return 0

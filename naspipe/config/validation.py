@@ -32,6 +32,15 @@ MIRROR_SYSTEMS = systems.with_capability("mirroring")
 CACHE_SYSTEMS = systems.with_capability("uses_cache")
 
 
+def _baseline_inflight(config: Config) -> int:
+    """Subnets a baseline holds between a forward and its update: its bulk (gpipe, vpipe), ``D`` (pipedream).
+    Under windowed shared layers the window must cover them, or a subnet would need a window not yet applied."""
+    system = systems.get(config.system)
+    if system.bulk_synchronous:
+        return config.bulk_size or config.stages
+    return config.stages if system.stash_weights else 1
+
+
 def _check_ranges(config: Config) -> None:
     """Every value in its range before anything runs, so a bad one is one line, not a stage traceback."""
     o = config.optimizer
@@ -54,6 +63,8 @@ def _check_ranges(config: Config) -> None:
         ("space.name", isinstance(config.space.get("name"), str), "must name a space"),
         ("cache.budget", cache_budget_ok(config.cache.budget), "must be a byte count > 0 or a multiple like 3x"),
         ("cache.horizon", config.cache.horizon >= 0, "must be >= 0"),
+        ("shared_window", config.shared_policy != "windowed" or config.shared_window >= _baseline_inflight(config),
+         f"must be >= the subnets {config.system} has in flight ({_baseline_inflight(config)}) under windowed"),
         ("partition_mode", config.partition_mode == "static" or config.system in MIRROR_SYSTEMS,
          f"per-subnet needs system {' or '.join(MIRROR_SYSTEMS)}"),
         ("cache.enabled", not config.cache.enabled or config.recompute,

@@ -29,6 +29,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "table_md": ("tables", "{name}", ".md"),
     "figure": ("figures", "{name}", ".png"),
     "fitted_spec": ("calibration", "{name}", ".yaml"),
+    "retrain_random": ("retrain_random", "{space}/seed{seed}/r{k}", ""),
+    "random_accuracy": ("search", "{space}/random-seed{seed}", ".accuracy.csv"),
 }
 
 

@@ -175,6 +175,24 @@ class Workflow:
     def accuracy_files(self) -> list[str]:
         return [f"{d}.accuracy.csv" for d in self.search_dirs()]
 
+    def random_search_dir(self, space: str, seed: int | str) -> str:
+        """The search whose ``random-K.json`` are retrained as the winner's baseline: the reference run's
+        (the random subnets depend on the search seed only, and the reference is trained first)."""
+        return paths.moved(self.reference_run(space, seed), "search")
+
+    def random_count(self, space: str) -> int:
+        return int(search_settings(self.config, space).get("random_subnets", 0))
+
+    def random_runs(self, w: Wildcards) -> list[str]:
+        count = self.random_count(w.space)
+        return [paths.path("retrain_random", space=w.space, seed=w.seed, k=k) for k in range(count)]
+
+    def random_accuracy_files(self) -> list[str]:
+        """Per space and seed, the scores of the retrained random subnets (none when ``random_subnets`` is 0)."""
+        c = self.config
+        return [paths.path("random_accuracy", space=space, seed=seed)
+                for space in sorted(c["spaces"]) for seed in c["seeds"] if self.random_count(space)]
+
     def curve_files(self) -> list[str]:
         """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
         return [paths.moved(run, "curve", ".csv") for run in plan_jobs.curve_runs(self.config)]
@@ -272,8 +290,9 @@ class Workflow:
     def search_args(self, w: Wildcards) -> str:
         s = search_settings(self.config, w.space)
         metric = f" --metric {s['metric']}" if s.get("metric") else ""
+        randoms = f" --random-subnets {s['random_subnets']}" if s.get("random_subnets") else ""
         return (f"--method {s['method']} --population {s['population']} --generations {s['generations']} "
-                f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric} {self.eval_args(w)}")
+                f"--mutation-prob {s['mutation_prob']} --seed {s['seed']}{metric}{randoms} {self.eval_args(w)}")
 
     def retrain_args(self, w: Wildcards) -> str:
         c = self.config

@@ -14,6 +14,7 @@ from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Figure, Table
 
 CLAIMS = "claims"  # the section that opens the report (naspipe.report.claims)
+OPENING = (CLAIMS, "run_summary")  # the claims, then what this run shows (naspipe.report.run_summary)
 
 
 def cpu_model() -> str:
@@ -61,11 +62,11 @@ def headline_text(inputs: ReportInputs) -> str:
 
 def render_report(inputs: ReportInputs, sections: list[Table | Figure]) -> str:
     """The claims section (when present) first, right under the title; then the machine and every section."""
-    first = [s for s in sections if s.name == CLAIMS]
+    first = sorted((s for s in sections if s.name in OPENING), key=lambda s: OPENING.index(s.name))
     parts = ["# NASPipe results\n", *(_section_text(s) for s in first), *(["## What ran\n"] if first else []),
              machine_text(inputs) + "\n",
              summary_text(inputs) + "\n", headline_text(inputs) + "\n"]
-    parts += [_section_text(s) for s in sections if s.name != CLAIMS]
+    parts += [_section_text(s) for s in sections if s.name not in OPENING]
     return "\n".join(parts)
 
 

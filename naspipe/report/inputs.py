@@ -17,7 +17,7 @@ from naspipe import systems
 from naspipe.errors import UsageError
 from naspipe.fsutil import read_json_object
 from naspipe.report.runinfo import RunInfo, read_run_info
-from naspipe.report.search_inputs import SearchResult, read_curve, read_search
+from naspipe.report.search_inputs import SearchResult, read_curve, read_retrained, read_search
 from naspipe.rundigest import check_unchanged, verify_run
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class ReportInputs:
     searches: list[SearchResult] = field(default_factory=list)
     curves: list[pd.DataFrame] = field(default_factory=list)  # naspipe evaluate --every-checkpoint CSVs
     simulated: list[RunInfo] = field(default_factory=list)  # ``naspipe simulate`` runs (the sim_* sections)
+    random_retrained: list[pd.DataFrame] = field(default_factory=list)  # evaluate --own-subnet CSVs (run summary)
 
     @property
     def spaces(self) -> list[str]:
@@ -53,7 +54,8 @@ def system_rank(system: str) -> tuple[int, str]:
 
 def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],
                 ablations: list[Path] | None = None, searches: Sequence[str] = (),
-                curves: Sequence[Path] = (), simulated: list[Path] | None = None) -> ReportInputs:
+                curves: Sequence[Path] = (), simulated: list[Path] | None = None,
+                random_retrained: Sequence[Path] = ()) -> ReportInputs:
     infos = [read_run_info(p) for p in runs]
     ablation_infos = [read_run_info(p) for p in ablations or []]
     sims = [read_run_info(p) for p in simulated or []]
@@ -68,7 +70,8 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
         seen[key] = info.path
     return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles),
                         ablations=ablation_infos, searches=[read_search(s) for s in searches],
-                        curves=[read_curve(c) for c in curves], simulated=sims)
+                        curves=[read_curve(c) for c in curves], simulated=sims,
+                        random_retrained=[read_retrained(r) for r in random_retrained])
 
 
 def read_reproducibility(path: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import pandas as pd
 from naspipe.errors import UsageError
 
 BEST_FIELDS = ("space", "system", "stages", "train_seed", "metric", "score")
+RETRAINED_FIELDS = ("space", "choices")
 CURVE_FIELDS = ("space", "system", "stages", "seed", "step", "wall_s")
 
 
@@ -58,6 +59,11 @@ def read_search(spec: str) -> SearchResult:
 
 def read_curve(path: Path) -> pd.DataFrame:
     return _read_csv(path, CURVE_FIELDS)
+
+
+def read_retrained(path: Path) -> pd.DataFrame:
+    """A ``naspipe evaluate --own-subnet`` CSV: retrained random subnets, one row each, with their space."""
+    return _read_csv(path, RETRAINED_FIELDS)
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pandas only when sections are built: the workflow reads the
     from naspipe.report.section import Figure, Table
 
 SECTIONS: tuple[str, ...] = (
+    "naspipe.report.run_summary",  # right after the claims (naspipe.report.document)
     "naspipe.report.table1_spaces",
     "naspipe.report.table2_systems",
     "naspipe.report.table3_reproducibility",
@@ -36,6 +37,7 @@ SECTIONS: tuple[str, ...] = (
 # them against what `build_sections` returns): tables/NAME.{csv,md}, figures/NAME.png, and the figures
 # whose numbers a claim reads also as tables/NAME.csv. `claims` (tables/claims.*) comes first, from the CLI.
 TABLES: tuple[str, ...] = (
+    "run_summary",
     "table1_spaces",
     "table2_systems",
     "table3_reproducibility",

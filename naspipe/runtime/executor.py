@@ -31,10 +31,11 @@ unchanged):
   read even if the live parameters were updated meanwhile; the gradients (w.r.t. the
   clones) go to the gradient stash and are applied to the live parameters at the update.
 
-Windowed shared layers (``windows``, :mod:`naspipe.runtime.windowed`; sequential and CSP
-only) run the same way as weight stashing, through :func:`torch.func.functional_call`, but
-on the version the window rule says the subnet reads; their gradients wait for the subnet's
-update, which adds them to the window's sum in subnet order.
+Windowed shared layers (``windows``, :mod:`naspipe.runtime.windowed`; every system keeps the
+window rule, the baselines with their gradient stash beside it) run the same way as weight
+stashing, through :func:`torch.func.functional_call`, but on the version the window rule says
+the subnet reads; their gradients wait for the subnet's update, which adds them to the
+window's sum in subnet order (never to the gradient stash).
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ class StageExecutor:
         if grads is None:
             raise RuntimeError(f"subnet {subnet}: a stage other than the last needs the gradient of its output")
         grads = _backprop(unit, grads)
+        if self.windows is not None:  # before the stash: the window's gradients wait for the window's sum
+            self._keep_window_grads(subnet, unit)
         if self.stash_gradients:
             self._stash(subnet, unit)
-        elif self.windows is not None:
-            self._keep_window_grads(subnet, unit)
         return grads
 
     def update(self, layer_ids: tuple[int, ...], subnet: int | None = None) -> None:
@@ -167,7 +168,9 @@ class StageExecutor:
 
     def _keep_window_grads(self, subnet: int, unit: _Unit) -> None:
         """The windowed layers' gradients (taken on the version read) until the subnet's update."""
-        kept = {layer: [w.grad for w in weights.values()] for layer, weights in unit.weights.items()}
+        assert self.windows is not None
+        kept = {layer: [w.grad for w in weights.values()] for layer, weights in unit.weights.items()
+                if layer in self.windows}
         if kept:
             self._window_grads[subnet] = kept
 
@@ -175,6 +178,8 @@ class StageExecutor:
         """Move each layer's gradients out of ``.grad`` (or off the stashed weights) into the store."""
         stash: dict[int, ParamGrads] = {}
         for layer in unit.layers:
+            if layer in self._window_grads.get(subnet, {}):
+                continue  # a windowed shared layer: its gradients wait for the window's sum, not the stash
             weights = unit.weights.get(layer)
             if weights is not None:
                 grads: ParamGrads = [w.grad for w in weights.values()]

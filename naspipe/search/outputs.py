@@ -24,6 +24,7 @@ from naspipe.fsutil import (
 from naspipe.runplan.subnet_file import subnet_json
 from naspipe.search.evolution import Candidate, best
 from naspipe.search.options import csv_text
+from naspipe.subnet import Subnet
 
 BEST = "best.json"
 CANDIDATES = "candidates.csv"
@@ -40,7 +41,9 @@ def check_out_dir(out: Path) -> None:
 
 
 def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, dict[str, float]],
-                 names: Sequence[str], summary: dict[str, Any]) -> None:
+                 names: Sequence[str], summary: dict[str, Any], randoms: Sequence[Subnet] = ()) -> None:
+    """Write the search to ``out`` whole; ``randoms`` become ``random-K.json`` (the subnets a workflow retrains
+    beside the winner, so the winner is judged against random architectures trained the same way)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out, ".tmp")
     try:
@@ -51,6 +54,8 @@ def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, 
         top = best(candidates)
         atomic_write_json(tmp / BEST, subnet_json(top.subnet, score=top.score, generation=top.generation,
                                                   **summary))
+        for k, subnet in enumerate(randoms):
+            atomic_write_json(tmp / f"random-{k}.json", subnet_json(subnet, random_index=k))
         atomic_write_bytes(tmp / PLOT, convergence_png(candidates, str(summary.get("metric", "score"))))
         _swap(tmp, out)
     except BaseException:

@@ -13,6 +13,7 @@ rule report:
         searches=W.search_dirs(),
         accuracies=W.accuracy_files(),
         curves=W.curve_files(),
+        randoms=W.random_accuracy_files(),
         sims=W.sims(),
         # the simulator's calibration tables (calibrate.smk) that this workflow writes; the claims that
         # need one that it does not write say "not checkable here"
@@ -34,6 +35,9 @@ rule report:
         ),
         searches=" ".join(f"--search {d}={d}.accuracy.csv" for d in W.search_dirs()),
         curves=" ".join(f"--curve {c}" for c in W.curve_files()),
+        randoms=lambda wc, input: (
+            f"--random-retrained {' '.join(input.randoms)}" if input.randoms else ""
+        ),
         sims=lambda wc, input: (
             f"--simulated {' '.join(input.sims)}" if input.sims else ""
         ),
@@ -43,5 +47,6 @@ rule report:
         out=lambda wc, output: Path(output[-1]).parent,  # report.md is the last output
     shell:
         "python -m naspipe report --runs {input.runs} --reproducibility {input.reproducibility} {params.profiles}"
-        " {params.ablations} {params.searches} {params.curves} {params.sims} {params.tables} --out {params.out}"
+        " {params.ablations} {params.searches} {params.curves} {params.randoms} {params.sims} {params.tables}"
+        " --out {params.out}"
         " > {log} 2>&1"

@@ -88,3 +88,45 @@ rule curve:
     shell:
         "{params.launcher} python -m naspipe evaluate --run {input.run} --every-checkpoint {params.args} "
         "--out {output} > {log} 2>&1"
+
+
+rule retrain_random:
+    input:
+        search=lambda wc: W.random_search_dir(wc.space, wc.seed),
+        data=lambda wc: W.dataset_input(wc.space),
+    output:
+        directory(path("retrain_random")),
+    log:
+        logfile("retrain_random", "retrain_random"),
+    conda:
+        CONDA_ENV
+    resources:
+        **W.search_resources("retrain"),
+    params:
+        args=W.retrain_args,
+        launcher=W.with_gpus(),
+    shell:
+        "{params.launcher} python -m naspipe train {params.args} --subnet {input.search}/random-{wildcards.k}.json "
+        "--overwrite --out {output} > {log} 2>&1"
+
+
+rule random_accuracy:
+    input:
+        runs=W.random_runs,
+        data=lambda wc: W.dataset_input(wc.space),
+    output:
+        path("random_accuracy"),
+    log:
+        logfile("random_accuracy", "random_accuracy"),
+    conda:
+        CONDA_ENV
+    resources:
+        **W.search_resources("search_accuracy"),
+    params:
+        args=W.eval_args,
+        launcher=W.with_gpus(),
+        first=lambda wc, input: input.runs[0],
+        rest=lambda wc, input: " ".join(input.runs[1:]),
+    shell:
+        "{params.launcher} python -m naspipe evaluate --run {params.first} --own-subnet {params.rest} "
+        "{params.args} --out {output} > {log} 2>&1"

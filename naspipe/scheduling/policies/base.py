@@ -68,8 +68,8 @@ class StagePolicy(ABC):
     bulk_synchronous: ClassVar[bool] = False  # drains (checkpoints, resumes) only at bulk boundaries
     predictor: ClassVar[bool] = True  # with the device cache on: prefetch the predicted next tasks' layers
     mirroring: ClassVar[bool] = False  # keeps global versions and sends mirrors (per-subnet partitions)
-    # honours the windowed shared-layer rule (naspipe.scheduling.windows); the others (bulk, async)
-    # train windowed shared layers as ordinary trainable layers, their own way
+    # honours the windowed shared-layer rule (naspipe.scheduling.windows): every system of the registry
+    # does (the baselines too, so that cross-system comparisons share one shared-layer semantics)
     windowed_shared: ClassVar[bool] = False
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:

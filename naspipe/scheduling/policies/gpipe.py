@@ -26,10 +26,14 @@ The bulk that the stream's end cuts short is flushed when its last subnet is don
 learns where the stream ends from :meth:`stream_ends_at` (the runtime calls it; without it a
 stream whose length is not a multiple of ``B`` never flushes its last bulk).
 
-Shared layers (``shared_policy``): under ``causal`` and ``windowed`` they are ordinary
-trainable layers here (GPipe does not keep the window rule): every subnet of a bulk reads
-the version from before the bulk, and each subnet's gradient gets its own optimizer step at
-the flush, in subnet order. ``frozen`` keeps them at their seeded init.
+Shared layers (``shared_policy``): under ``causal`` they are ordinary trainable layers here:
+every subnet of a bulk reads the version from before the bulk, and each subnet's gradient gets
+its own optimizer step at the flush, in subnet order. Under ``windowed`` GPipe keeps the window
+rule (:mod:`naspipe.scheduling.windows`) as sequential and CSP do: each subnet reads the version
+its index fixes and its gradient joins the window's sum at its update, so shared layers get one
+step per window whatever the bulk (GPipe at D=1 is bitwise sequential). A bulk never waits on it:
+the config requires ``shared_window`` >= the bulk, so every version a bulk reads was applied by
+an earlier flush. ``frozen`` keeps them at their seeded init.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class GPipe(StagePolicy):
     recompute: ClassVar[bool | None] = None  # None: as configured
     swap_parameters: ClassVar[bool] = False
     bulk_synchronous: ClassVar[bool] = True  # checkpoints and resumes must fall on bulk boundaries
+    windowed_shared: ClassVar[bool] = True  # windowed shared layers: one step per window, as sequential
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)

@@ -24,11 +24,15 @@ The cool-down needs to know where the stream ends (:meth:`stream_ends_at`, calle
 runtime, also at checkpoint drain points). Without that knowledge a stage that waits for
 its next forward runs an already arrived backward instead of waiting, so it never stalls.
 
-Shared layers (``shared_policy``): under ``causal`` and ``windowed`` they are ordinary
-trainable layers here (PipeDream does not keep the window rule): each subnet's update of
-them lands right after its backward on their stage, and a forward reads whatever version is
-there then (timing and ``D`` decide it); weight stashing keeps forward and backward on one
-version. ``frozen`` keeps them at their seeded init.
+Shared layers (``shared_policy``): under ``causal`` they are ordinary trainable layers here:
+each subnet's update of them lands right after its backward on their stage, and a forward
+reads whatever version is there then (timing and ``D`` decide it); weight stashing keeps
+forward and backward on one version. Under ``windowed`` PipeDream keeps the window rule
+(:mod:`naspipe.scheduling.windows`) as sequential and CSP do: the version a subnet reads is
+fixed by its index and its gradient joins the window's sum in subnet order, so shared layers
+get one step per window (PipeDream at D=1 is bitwise sequential). 1F1B never waits on it: at
+most ``D`` subnets are between forward and backward on a stage and the config requires
+``shared_window`` >= ``D``. ``frozen`` keeps them at their seeded init.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class PipeDream(StagePolicy):
     recompute: ClassVar[bool | None] = False  # forced off
     swap_parameters: ClassVar[bool] = False
     bulk_synchronous: ClassVar[bool] = False
+    windowed_shared: ClassVar[bool] = True  # windowed shared layers: one step per window, as sequential
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)

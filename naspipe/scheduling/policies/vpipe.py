@@ -12,7 +12,8 @@ Only the running task's subnet has layers on the device. The runtime records the
 bytes and the time spent waiting on copies (``swap_bytes``, ``swap_wait_s``).
 
 Shared layers train as under :class:`~naspipe.scheduling.policies.gpipe.GPipe` (one step per
-subnet at the flush, under ``causal`` and ``windowed`` alike), swapped like any other layer.
+subnet at the flush under ``causal``; one per window under ``windowed``, the window's older
+version and sum staying where the layer was built), swapped like any other layer.
 """
 
 from __future__ import annotations

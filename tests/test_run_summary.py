@@ -1,0 +1,145 @@
+"""The "what this run shows" section: parsed back and checked against the tables it summarises.
+
+The pure functions get tables built to pass (loss halves, csp one final loss with the
+baselines spread, a winner above every random subnet, csp faster than gpipe) and built to
+fail (a flat loss, a baseline without spread, a winner below the median, csp slower on more
+stage processes than cores); each verdict and number is read back from the rendered
+markdown. One test runs ``naspipe report`` on real toy runs and checks the section's lines
+against the written Table 3 and the runs' own losses.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from naspipe.cli import main as cli_main
+from naspipe.report import run_summary as rs
+from tests.test_report import report_args, runs  # noqa: F401  (the module-scoped runs fixture)
+
+BULLET = re.compile(r"^- \*\*(?P<phenomenon>[^*]+)\*\* \(`(?P<space>[^`]+)`\): (?P<measured>.*) \(target: "
+                    r"(?P<target>[^)]*)\)\. Shows: \*\*(?P<shows>[^*]+)\*\*\.(?: Why not: (?P<why>.*)\.)?$")
+
+
+def parse(body: str) -> list[dict[str, str]]:
+    """The section's bullets as dicts; every non-empty line must be one bullet."""
+    lines = [line for line in body.splitlines() if line]
+    parsed = [BULLET.match(line) for line in lines]
+    assert all(parsed), [line for line, m in zip(lines, parsed, strict=True) if not m]
+    return [m.groupdict() for m in parsed if m]
+
+
+def table3(csp: dict[int, float], gpipe: dict[int, float], pipedream: dict[int, float]) -> pd.DataFrame:
+    rows = [{"space": "nlp.tiny", "system": system, "stages": d, "seed": 0, "final_loss": repr(v)}
+            for system, values in (("csp", csp), ("gpipe", gpipe), ("pipedream", pipedream))
+            for d, v in values.items()]
+    return pd.DataFrame(rows)
+
+
+def table2(csp_vs_gpipe: float, stages: int) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"space": "cv.tiny", "system": "csp", "stages": stages, "throughput_vs_gpipe": csp_vs_gpipe,
+         "bubble_ratio": 0.3},
+        {"space": "cv.tiny", "system": "gpipe", "stages": stages, "throughput_vs_gpipe": 1.0, "bubble_ratio": 0.5},
+    ])
+
+
+def summary(curves: dict[tuple[str, str], list[float]], t3: pd.DataFrame, t2: pd.DataFrame,
+            winners: dict[str, tuple[str, float]], random: dict[str, list[float]]) -> list[dict[str, str]]:
+    frame = rs.summary_frame(rs.loss_frame(curves), t3, t2, winners, random, {}, 2)
+    return parse(rs.body(frame))
+
+
+PASSING = dict(
+    curves={("nlp.tiny", "csp"): [4.0] * 10 + [2.0] * 10, ("nlp.tiny", "gpipe"): [4.0] * 10 + [3.0] * 10},
+    t3=table3({1: 3.25, 2: 3.25, 4: 3.25}, {1: 3.25, 2: 3.5, 4: 3.75}, {1: 3.25, 2: 3.3, 4: 3.2}),
+    t2=table2(1.25, 4),
+    winners={"cv.tiny": ("top1", 0.5)},
+    random={"cv.tiny": [0.2, 0.3, 0.6]},
+)
+
+
+def test_every_phenomenon_shows_on_tables_built_to_pass():
+    lines = summary(**PASSING)
+    assert [line["shows"] for line in lines] == ["yes", "yes", "yes", "yes", "not measured"]
+    loss, spread, search, speed, cpu = lines
+    assert loss["measured"].startswith("csp 2 / 4 = 0.50 of the start over 20 steps; gpipe 0.75")
+    assert "csp 3.25 at D=1,2,4; gpipe spread 0.5; pipedream spread 0.1" == spread["measured"]
+    assert search["measured"] == "winner retrained top1 0.5 vs median of 3 random 0.3"
+    assert speed["measured"].startswith("csp 1.25x gpipe at D=4")
+    assert "/usr/bin/time" in cpu["why"]
+    assert all(line["why"] is None for line in lines[:4])
+
+
+def test_each_phenomenon_fails_with_its_reason_on_tables_built_to_fail():
+    lines = summary(
+        curves={("nlp.tiny", "csp"): [4.0] * 10 + [3.5] * 10},
+        t3=table3({1: 3.25, 2: 3.5}, {1: 3.25, 2: 3.25}, {1: 3.25}),
+        t2=table2(0.9, 4),
+        winners={"cv.tiny": ("top1", 0.25), "nlp.tiny": ("bleu", 1.0)},
+        random={"cv.tiny": [0.2, 0.3, 0.6]},
+    )
+    assert [line["shows"] for line in lines] == ["no", "no", "no", "not measured", "no", "not measured"]
+    loss, spread, search, unsearched, speed, _ = lines
+    assert loss["measured"].startswith("csp 3.5 / 4 = 0.88") and "88%" in loss["why"]
+    assert spread["measured"] == "csp 2 different values over D=1,2; gpipe spread 0; pipedream not run"
+    assert "reproducibility contract is broken" in spread["why"]
+    assert "median of 3 random 0.3" in search["measured"] and "supernet" in search["why"]
+    assert unsearched["space"] == "nlp.tiny" and "--random-retrained" in unsearched["why"]
+    assert "4 stage processes share 2 CPU cores" in speed["why"]
+
+
+def test_a_space_without_a_csp_comparison_says_so():
+    t3 = table3({}, {1: 3.25, 2: 3.5}, {1: 3.25, 2: 3.3})
+    (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
+    assert line["measured"].startswith("csp not compared; gpipe spread 0.25")
+    assert line["shows"] == "no" and line["why"] == "csp ran at fewer than two stage counts"
+
+
+def test_a_baseline_without_spread_is_named():
+    t3 = table3({1: 3.25, 2: 3.25}, {1: 3.25, 2: 3.25}, {1: 3.25, 2: 3.5})
+    (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
+    assert line["shows"] == "no" and line["why"].startswith("gpipe: no spread")
+
+
+def test_lower_is_better_metrics_flip_the_comparison():
+    rows = rs.search_rows({"nlp.tiny": ("loss", 2.0)}, {"nlp.tiny": [2.5, 3.0, 1.0]}, {"nlp.tiny": True})
+    assert rows[0]["shows"] == "yes"
+
+
+def test_rolling_ends_use_figure4s_window():
+    assert rs.rolling_ends([5.0, 4.0, 3.0, 2.0, 1.0]) == (4.0, 2.0)  # window 3 for short runs
+    assert rs.rolling_ends(list(range(40, 0, -1))) == (38.5, 2.5)  # window n // 10 = 4
+
+
+@pytest.fixture(scope="module")
+def summarised(runs, tmp_path_factory) -> Path:  # noqa: F811
+    out = tmp_path_factory.mktemp("summary")
+    assert cli_main(report_args(runs, out)) == 0
+    return out
+
+
+def test_the_report_opens_with_the_claims_then_what_this_run_shows(summarised):
+    text = (summarised / "report.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:3] == ["## The paper's claims, checked", "## What this run shows", "## What ran"]
+
+
+def test_the_section_agrees_with_the_tables_and_runs_it_summarises(summarised, runs):  # noqa: F811
+    section = (summarised / "tables" / "run_summary.md").read_text()
+    lines = parse(section.split("\n\n", 1)[1].rsplit("\n\n", 1)[0])
+    frame = pd.read_csv(summarised / "tables" / "run_summary.csv", dtype=str, keep_default_na=False)
+    assert [line["measured"] for line in lines] == list(frame["measured"])
+    losses = pd.read_csv(Path(runs["csp2"]) / "losses.csv")["loss_hex"].map(float.fromhex).tolist()
+    start, end = rs.rolling_ends(losses)
+    (loss,) = [line for line in lines if line["phenomenon"] == "training loss falls"]
+    assert loss["measured"].startswith(f"csp {end:.4g} / {start:.4g} = {end / start:.2f}")
+    t3 = pd.read_csv(summarised / "tables" / "table3_reproducibility.csv", dtype=str)
+    csp_loss = t3.loc[t3["system"] == "csp", "final_loss"].iloc[0]
+    gpipe = t3.loc[t3["system"] == "gpipe", "final_loss"].astype(float)
+    (spread,) = [line for line in lines if line["phenomenon"].startswith("csp identical")]
+    assert spread["measured"].startswith(f"csp {csp_loss} at D=2; gpipe spread {gpipe.max() - gpipe.min():.3g}")
+    assert spread["shows"] == "no" and spread["why"] == "csp ran at fewer than two stage counts"
