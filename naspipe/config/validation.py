@@ -35,6 +35,8 @@ CACHE_SYSTEMS = systems.with_capability("uses_cache")
 def _baseline_inflight(config: Config) -> int:
     """Subnets a baseline holds between a forward and its update: its bulk (gpipe, vpipe), ``D`` (pipedream).
     Under windowed shared layers the window must cover them, or a subnet would need a window not yet applied."""
+    if config.system not in systems.names():
+        return 1  # an unknown system is reported by its own check
     system = systems.get(config.system)
     if system.bulk_synchronous:
         return config.bulk_size or config.stages
