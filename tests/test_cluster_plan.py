@@ -159,7 +159,8 @@ def test_paper_plan_under_slurm_gives_every_job_its_resources(tmp_path: Path) ->
     local = {"all", "partition", "compare", "simulate", "report", "calibrate", "attribute", "bubble_models"}
     submitted = [(rule, r, shell) for rule, r, shell in jobs if rule not in local]
     assert {rule for rule, _, _ in submitted} == {"prepare", "profile", "train", "ablation", "search", "retrain",
-                                                  "search_accuracy", "curve"}
+                                                  "search_accuracy", "curve", "retrain_random",
+                                                  "random_accuracy"}
     threads = load("config/paper.yaml")["threads_per_stage"]
     for rule, r, shell in submitted:
         assert int(r["mem_mb"]) > 0 and int(r["runtime"]) > 0, (rule, r)
