@@ -1,4 +1,4 @@
-"""A failed stage and a batch built once per stage, in a process that goes on to resume the run.
+"""A failed stage, in a process that goes on to resume the run.
 
 One-stage runs train in the caller's process, so a failed run's worker can outlive the failure
 (its traceback holds it). Its log files must be closed when the failure leaves the worker: left
@@ -11,15 +11,12 @@ only the cyclic collector freed it, at a moment of its own choosing).
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from naspipe.cli import main
 from naspipe.runtime.faults import FAIL_ENV
-from naspipe.space.base import Batch
-from naspipe.space.toy import ToySpace
 
 TOY = ["--set", "space.blocks=3", "--set", "space.candidates=2", "--set", "space.dim=8", "--set", "space.seq_len=4",
        "--set", "progress=off"]
@@ -55,19 +52,3 @@ def test_a_failed_worker_collected_after_the_resume_changes_nothing(tmp_path, mo
     assert files(out) == published
     for name in OUTPUTS:
         assert (reference / name).read_bytes() == (out / name).read_bytes(), name
-
-
-@pytest.mark.parametrize("recompute", ["true", "false"])
-def test_each_batch_is_built_once_per_stage(tmp_path, monkeypatch, recompute):
-    """Stage 0 feeds batch i, the last stage's loss reads its targets (again in a recomputed
-    backward): on one stage, one build serves all of them."""
-    built: Counter[int] = Counter()
-    make = ToySpace._synthetic_batch
-
-    def counting(self: ToySpace, step: int, seed: int) -> Batch:
-        built[step] += 1
-        return make(self, step, seed)
-
-    monkeypatch.setattr(ToySpace, "_synthetic_batch", counting)
-    assert train(tmp_path / "run", "--set", f"recompute={recompute}", steps=5) == 0
-    assert built == Counter(dict.fromkeys(range(5), 1))

@@ -92,7 +92,6 @@ class StageExecutor:
         self.batch_of = batch_of
         self.stash_gradients, self.stash_weights = stash_gradients, stash_weights
         self._inputs: dict[int, State] = {}
-        self._batches: dict[int, Batch] = {}  # subnet -> its batch, from first use to its last use here
         self._units: dict[int, _Unit] = {}
         self._grads: dict[int, dict[int, ParamGrads]] = {}  # subnet -> layer -> its gradients
         self.windows = windows
@@ -111,12 +110,8 @@ class StageExecutor:
                         state = functional_call(self.layers[layer], self.windows.read(layer, subnet), (state, ctx))
                     else:
                         state = self.layers[layer](state, ctx)
-                if not self.is_last:
-                    self._batches.pop(subnet, None)  # stage 0's inputs are kept in ``_inputs``
-                    return state
-                return self._loss(subnet, state)  # the recomputed backward reads the targets again
+                return self._loss(subnet, state) if self.is_last else state
         unit = self._forward_graph(subnet, layer_ids, inputs, recompute=False)
-        self._batches.pop(subnet, None)
         self._units[subnet] = unit
         outputs = tuple(t.detach() for t in unit.outputs)
         return outputs[0] if self.is_last else outputs
@@ -126,7 +121,6 @@ class StageExecutor:
         if self.recompute:
             start = time.perf_counter()
             unit = self._forward_graph(subnet, layer_ids, self._inputs.pop(subnet), recompute=True)
-            self._batches.pop(subnet, None)
             self.last_recompute_s = time.perf_counter() - start
         else:
             unit = self._units.pop(subnet)
@@ -215,15 +209,11 @@ class StageExecutor:
         return unit
 
     def batch(self, subnet: int) -> Batch:
-        """``subnet``'s batch, built once per stage: stage 0 feeds its inputs, the last stage's loss reads
-        its targets in the forward and again in a recomputed backward. Batch ``i`` is a pure function of
-        (seed, i) and nothing writes to it, so the copy kept from its first use to its last here is the
-        very data a rebuild would give; building it is not free (about 1 ms on nlp.tiny, several percent
-        of a step). The memo belongs to this executor, so a resumed run starts with an empty one."""
-        batch = self._batches.get(subnet)
-        if batch is None:
-            batch = self._batches[subnet] = self.batch_of(subnet)
-        return batch
+        """``subnet``'s batch, built afresh at every use. A per-subnet memo (one build per stage) was
+        tried for speed and withdrawn: with it, pipedream on cv.tiny at D=2 and 4 trained to other bits
+        than before (sequential, csp and nlp.tiny did not move), so a kept batch is not the same input as
+        a rebuilt one on that path; until the cause is known, every use rebuilds it."""
+        return self.batch_of(subnet)
 
     def _loss(self, subnet: int, state: State) -> torch.Tensor:
         batch = self.batch(subnet)
