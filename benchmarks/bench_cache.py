@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from naspipe import cli  # noqa: E402
 from naspipe.config import load_config  # noqa: E402
 from naspipe.context import DeviceCache  # noqa: E402
+from naspipe.runplan.job import build_job  # noqa: E402
 from naspipe.runtime.context import layer_bytes  # noqa: E402
-from naspipe.runtime.job import build_job  # noqa: E402
 from naspipe.scheduling import StagePolicy, Task  # noqa: E402
 from naspipe.scheduling.driver import drive  # noqa: E402
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers  # noqa: E402

@@ -127,7 +127,7 @@ def observables(case: Case, workdir: Path) -> dict[str, Any]:
     """Everything one configuration's simulation shows, as JSON-ready data."""
     from naspipe.commands.simulate import build_setup
     from naspipe.config import load_config
-    from naspipe.runtime.job import build_job
+    from naspipe.runplan.job import build_job
     from naspipe.scheduling.policies import POLICIES
     from naspipe.sim.bound import longest_path
     from naspipe.sim.costs import with_weight_stash

@@ -73,7 +73,7 @@ def space_rows(space: str, fitted: Hardware, subnets: int, steps: int) -> list[d
 def _structure(space: str) -> tuple[int, int]:
     """(choice blocks, candidates per block) of a preset space, without building it."""
     from naspipe.config import config_from_dict
-    from naspipe.runtime.job import build_job
+    from naspipe.runplan.job import build_job
 
     structure = build_job(config_from_dict({"space": {"name": space}, "steps": 1})).plan.structure
     return len(structure.blocks), structure.choices_per_block[0]
@@ -90,7 +90,7 @@ def artifact_unit(space: str, stages: int, subnets: int) -> float:
 
 def unit_time(space: str, system: str, stages: int, subnets: int) -> float:
     from naspipe.config import config_from_dict
-    from naspipe.runtime.job import build_job
+    from naspipe.runplan.job import build_job
     from naspipe.scheduling import Kind
     from naspipe.scheduling.driver import drive
 

@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _subnets(args: argparse.Namespace, supernet: TrainedSupernet) -> list[Subnet]:
+    from naspipe.runplan.subnet_file import read_subnets
     from naspipe.search.options import sample_subnets
-    from naspipe.search.subnet_file import read_subnets
 
     choices = supernet.space.structure.choices_per_block
     if args.subnets is not None:

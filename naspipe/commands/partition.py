@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 def compute(
     space_name: str, options: dict[str, Any], stages: int, costs_source: str, shared_policy: str = "frozen"
 ) -> PartitionFile:
-    from naspipe.runtime.job import position_costs
+    from naspipe.runplan.job import position_costs
     from naspipe.space import make_space
 
     try:
