@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from naspipe import systems
+
 
 def _doc(text: str, **kwargs: Any) -> Any:
     return field(metadata={"help": text}, **kwargs)
@@ -39,8 +41,8 @@ class OptimizerConfig:
 class CacheConfig:
     enabled: bool = _doc(
         "context manager: the stage's layers live in host memory and a byte-bounded device cache holds the "
-        "ones in use, fetched ahead by the predictor (systems csp, csp-no-scheduler, csp-no-predictor, and sequential "
-        "for a reference too large for one device)",
+        f"ones in use, fetched ahead by the predictor (systems {', '.join(systems.with_capability('uses_cache'))}; "
+        "sequential's is a reference too large for one device)",
         default=False,
     )
     budget: str = _doc(
@@ -92,7 +94,7 @@ class Config:
     partition_mode: Literal["static", "per-subnet"] = _doc(
         "static: one partition for every subnet; per-subnet: each subnet gets its own balanced split (from "
         "partition_costs per layer; 'params' gives each candidate its own cost) and a layer's newest state "
-        "follows it between stages (mirroring; systems csp, csp-no-scheduler, csp-no-predictor)",
+        f"follows it between stages (mirroring; systems {', '.join(systems.with_capability('mirroring'))})",
         default="static",
     )
     subnet: list[int] = _doc(
