@@ -15,8 +15,9 @@ def test_the_artifact_preset_feeds_the_baselines_8_token_sentences_and_keeps_tab
     paper, artifact = preset("paper"), preset("artifact")
     assert [artifact.batch("nlp.c1", s) for s in ("csp", "gpipe", "pipedream", "vpipe")] == [192, 32, 16, 192]
     assert artifact.batch("nlp.c1", "csp-artifact") == paper.batch("nlp.c1", "csp") == 192
-    assert artifact.space_options("nlp.c2", "gpipe") == {"seq_len": 8}
-    assert artifact.space_options("nlp.c2", "vpipe") == {"seq_len": 64}
+    assert artifact.space_options("nlp.c2", "gpipe") == {"seq_len": 8, "vocab": 10004}
+    assert artifact.space_options("nlp.c2", "vpipe") == {"seq_len": 64, "vocab": 10004}
+    assert artifact.space_options("nlp.c1", "csp-artifact") == {"seq_len": 64, "vocab": 33712}
     assert artifact.space_options("cv.c1", "gpipe") == {} == paper.space_options("nlp.c1", "gpipe")
     assert [a.tokens_per_sample("nlp.c1", "pipedream") for a in (paper, artifact)] == [64, 8]
     assert artifact.tokens_per_sample("cv.c2", "csp") == 1
@@ -56,7 +57,8 @@ def test_nlp_accounting_counts_each_systems_tokens():
     base, fitted = load_hardware("rtx2080ti-pcie3-40gbe"), load_hardware("rtx2080ti-paper-fit")
     rows = attribution_rows("nlp.c3", base, fitted, steps=8)
     fit, acc = rows[1], rows[2]
-    assert acc["csp_throughput"] == pytest.approx(64 * fit["csp_throughput"])  # same runs, 64 tokens a sentence
+    # NASPipe: the same runs (the preset's sentences and dictionary are the artifact's), 64 tokens a sentence
+    assert acc["csp_throughput"] == pytest.approx(64 * fit["csp_throughput"])
     # GPipe's 8-token sentences: 8 tokens a sample, and cheaper samples (same batch, same fixed costs)
     assert 8 * fit["gpipe_throughput"] < acc["gpipe_throughput"] < 64 * fit["gpipe_throughput"]
 

@@ -158,3 +158,62 @@ def test_the_shipped_spec_is_what_calibrate_writes(tmp_path, capsys):
                                   "rel_error", "fitted_on"]
     assert len(rows) == 3 * len(TABLE2) and set(rows.fitted_on) == {"nlp", "cv", "all"}
     assert "held out under the nlp fit" in capsys.readouterr().out
+
+
+def test_exec_line_recovers_a_known_intercept_and_slope():
+    rows = [PaperRow("nlp.c1", "csp", b, 0.4 + 0.004 * b, 0.5) for b in (16, 32, 192)]
+    a, c = cal.exec_line(rows)
+    assert a == pytest.approx(0.4) and c == pytest.approx(0.004)
+
+
+def test_exec_line_refuses_a_single_batch_size():
+    from naspipe.errors import UsageError
+
+    with pytest.raises(UsageError, match="two batch sizes"):
+        cal.exec_line([PaperRow("cv.c1", "csp", 64, 0.87, 0.4), PaperRow("cv.c2", "csp", 64, 0.86, 0.5)])
+
+
+def test_forward_macs_per_sample_is_the_mean_candidate_per_position_summed():
+    """Checked against the space's layer costs, position by position (uniform sampling)."""
+    from collections import defaultdict
+
+    from naspipe.space import make_space
+
+    space = make_space("nlp.tiny")
+    s, b = space.structure, space.options["batch_size"]
+    per: dict[int, list[float]] = defaultdict(list)
+    for lid in range(s.num_layers):
+        per[s.position_of(lid)].append((space.layer_cost(lid) - 1) / b)
+    assert len(per) == len(s.blocks) + 2  # embedding, blocks, output
+    assert cal.forward_macs_per_sample("nlp.tiny") == pytest.approx(sum(sum(v) / len(v) for v in per.values()))
+
+
+def test_the_nlp_presets_compute_is_pinned_by_their_parameters():
+    """Every NLP op is dense over the 64-token sentence: ~65 forward MACs per block parameter of a subnet, so a
+    preset sized to the paper's Para. has its per-sentence compute fixed too (docs/calibration.md)."""
+    from collections import defaultdict
+
+    from naspipe.space import make_space
+
+    space = make_space("nlp.c1")
+    s, b = space.structure, space.options["batch_size"]
+    macs: dict[int, list[float]] = defaultdict(list)
+    params: dict[int, list[float]] = defaultdict(list)
+    for lid in range(s.num_layers):
+        if not s.is_shared(lid):
+            macs[s.position_of(lid)].append((space.layer_cost(lid) - 1) / b)
+            params[s.position_of(lid)].append(space.layer_tensors(lid)[0])
+    per_param = sum(sum(v) / len(v) for v in macs.values()) / sum(sum(v) / len(v) for v in params.values())
+    assert 64 <= per_param <= 66
+
+
+def test_calibrate_prints_the_per_sample_work_ratio_of_testbed_and_presets(capsys):
+    from naspipe.commands.calibrate import report_work
+
+    w = cal.family_work_ratios(("csp", "pipedream", "gpipe", "vpipe"))
+    assert w["testbed"] == pytest.approx(w["cv_slope_s"] / w["nlp_slope_s"])
+    assert w["presets"] == pytest.approx(w["cv_macs"] / w["nlp_macs"])
+    assert w["nlp_slope_s"] == pytest.approx(cal.exec_line(
+        [r for r in TABLE2 if r.family == "nlp" and r.system != "vpipe"])[1])
+    report_work(w)
+    assert "per sample, cv over nlp: paper's testbed" in capsys.readouterr().out

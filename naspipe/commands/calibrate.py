@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     rows = cal.table_rows(features, by_fit,
                           lambda feat, f: simulate(feat.row, cal.fitted_hardware(base, f, FITTED_NAME)))
     report(by_fit, rows)
+    report_work(cal.family_work_ratios(systems))
     if not by_fit["all"].physical:
         raise UsageError(f"calibrate --reading {args.reading}: fitted compute_efficiency "
                          f"{by_fit['all'].compute_efficiency:.3g} is above 1 (faster than the GPU's peak FLOP/s), "
@@ -91,6 +92,13 @@ def report(by_fit: dict[str, Fit], rows: list[dict[str, object]]) -> None:
         if not misses.empty:
             print("  beyond 10%: " + ", ".join(f"{r.space} {r.system} {r.rel_error:+.1%}"
                                                 for r in misses.itertuples()))
+
+
+def report_work(w: dict[str, float]) -> None:
+    """The number the cross-validation hinges on: CV's per-sample cost over NLP's, testbed vs presets."""
+    print(f"per sample, cv over nlp: paper's testbed {w['testbed']:.2f}x (Exec slopes {w['cv_slope_s'] * 1e3:.2f} vs "
+          f"{w['nlp_slope_s'] * 1e3:.2f} ms per slot), presets {w['presets']:.2f}x (forward "
+          f"{w['cv_macs'] / 1e9:.1f} vs {w['nlp_macs'] / 1e9:.1f} GMAC per sample)")
 
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> None:

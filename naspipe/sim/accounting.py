@@ -6,6 +6,9 @@ sentence``, so Figure 5's ratios are tokens/s, and the sentences differ per syst
 throughput build of NASPipe feeds 64-token sentences (a 32-token pattern, repeated twice),
 the baselines' runtime 4-token patterns repeated ``--rep`` times, which ``figure5.sh`` leaves
 at its default of 2 for GPipe and PipeDream (8 tokens) and sets to 16 for VPipe (64 tokens).
+The models differ in their dictionary too (:data:`ARTIFACT_VOCAB`): NASPipe's build embeds and
+projects onto the full 33,712-token dictionary, the baselines' builds onto a 10,004-symbol
+performance dictionary, so a baseline's embeddings and output layer are a third as large.
 Batches are Table 2's in both. The artifact has no CV throughput scripts, so its preset
 leaves the CV spaces as the paper's.
 
@@ -24,12 +27,18 @@ from naspipe.sim.paper import row
 
 PAPER_SEQ_LEN = 64  # the NLP presets' sentence length (naspipe.space.nlp): the artifact's NASPipe sentences
 ARTIFACT_SEQ_LEN = {"csp": 64, "csp-artifact": 64, "vpipe": 64, "gpipe": 8, "pipedream": 8}
+# The dictionaries the artifact's throughput runs build their embeddings and output layer from:
+# NASPipe's build (throughput/translation/gpus=4) loads the full WMT14 dictionary, whose logits
+# its runtime declares as 33,712 wide (``out16`` in throughput/translation/main_with_runtime.py);
+# the baselines' builds (baselines/translation/{gpus,pgpus,vgpus}=4) load ``dict.*.perf.txt``,
+# 10,000 words plus fairseq's 4 special symbols.
+ARTIFACT_VOCAB = {"csp": 33712, "csp-artifact": 33712, "vpipe": 10004, "gpipe": 10004, "pipedream": 10004}
 
 
 @dataclass(frozen=True)
 class Accounting:
     """``paper``: Table 2's batches, every NLP sentence 64 tokens. ``artifact``: the same batches, each
-    system's sentences as the artifact's throughput runs feed them."""
+    system's sentences and dictionary as the artifact's throughput runs feed and build them."""
 
     name: str
 
@@ -38,7 +47,7 @@ class Accounting:
 
     def space_options(self, space: str, system: str) -> dict[str, Any]:
         if self.name == "artifact" and space.startswith("nlp."):
-            return {"seq_len": ARTIFACT_SEQ_LEN[system]}
+            return {"seq_len": ARTIFACT_SEQ_LEN[system], "vocab": ARTIFACT_VOCAB[system]}
         return {}
 
     def tokens_per_sample(self, space: str, system: str) -> int:

@@ -173,3 +173,57 @@ def row_simulator(steps: int, reading: str) -> Simulate:
         return exec_of(simulate_scenario(s, hardware), TABLE2_STAGES, reading, row.system)
 
     return simulate
+
+
+# -- why one efficiency cannot fit both families: per-sample work, measured vs computed ---------------
+
+FAMILY_PRESETS = {"nlp": ("nlp.c1", "nlp.c2", "nlp.c3"), "cv": ("cv.c1", "cv.c2", "cv.c3")}
+
+
+def exec_line(rows: Sequence[PaperRow]) -> tuple[float, float]:
+    """``(a, c)`` of the least-squares line ``Exec = a + c * batch`` through ``rows``.
+
+    ``c`` is what a sample costs the paper's testbed per stage slot; the ratio of the two
+    families' ``c`` is the per-sample work ratio any single compute efficiency must reproduce.
+    """
+    if len({r.batch for r in rows}) < 2:
+        raise UsageError("calibration: an Exec line needs rows with at least two batch sizes")
+    slope, intercept = np.polyfit([float(r.batch) for r in rows], [r.exec_s for r in rows], 1)
+    return float(intercept), float(slope)
+
+
+def forward_macs_per_sample(space_name: str) -> float:
+    """Forward multiply-accumulates of one sample through an average subnet of a preset.
+
+    Each position contributes the mean over its candidates (uniform sampling), from the
+    space's own analytic ``layer_cost`` (``1 + batch * MACs``), so no layer is built.
+    """
+    from collections import defaultdict
+
+    from naspipe.space import make_space
+
+    space = make_space(space_name)
+    s, batch = space.structure, space.options["batch_size"]
+    by_position: dict[int, list[float]] = defaultdict(list)
+    for layer in range(s.num_layers):
+        by_position[s.position_of(layer)].append((space.layer_cost(layer) - 1.0) / batch)
+    return sum(sum(costs) / len(costs) for costs in by_position.values())
+
+
+def family_work_ratios(systems: Sequence[str]) -> dict[str, float]:
+    """CV over NLP per sample: on the paper's testbed (Exec slopes) and in the presets (forward MACs).
+
+    A system that fetches its layers synchronously (VPipe) has copies in its Exec, so its rows
+    are left out of the slopes: they would measure PCIe traffic, not compute.
+    """
+    from naspipe.scheduling.policies import POLICIES
+    from naspipe.sim.paper import TABLE2
+
+    compute_only = [s for s in systems if not POLICIES[s].swap_parameters]
+    slope = {fam: exec_line([r for r in TABLE2 if r.family == fam and r.system in compute_only])[1]
+             for fam in FAMILY_PRESETS}
+    macs = {fam: float(np.mean([forward_macs_per_sample(p) for p in presets]))
+            for fam, presets in FAMILY_PRESETS.items()}
+    return {"testbed": slope["cv"] / slope["nlp"], "presets": macs["cv"] / macs["nlp"],
+            "nlp_slope_s": slope["nlp"], "cv_slope_s": slope["cv"],
+            "nlp_macs": macs["nlp"], "cv_macs": macs["cv"]}
