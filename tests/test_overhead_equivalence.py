@@ -49,3 +49,25 @@ def test_plain_loop_is_bitwise_the_sequential_run(tmp_path, space):
         losses, hashes = naspipe_run(tmp_path, space, steps, recompute)
         assert losses == plain_losses, f"recompute={recompute}"
         assert hashes == plain_hashes, f"recompute={recompute}"
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_each_batch_is_built_once_as_in_the_plain_loop(tmp_path, monkeypatch, recompute):
+    """The plain loop builds batch i once; so does a one-stage run, although stage 0 feeds its inputs and
+    the last stage's loss reads its targets (a second time in a recomputed backward): one build serves
+    every use (``StageExecutor.batch``), and the bits stay the plain loop's (the test above)."""
+    from collections import Counter
+
+    from naspipe.space.base import Batch
+    from naspipe.space.toy import ToySpace
+
+    built: Counter[int] = Counter()
+    make = ToySpace._synthetic_batch
+
+    def counting(self: ToySpace, step: int, seed: int) -> Batch:
+        built[step] += 1
+        return make(self, step, seed)
+
+    monkeypatch.setattr(ToySpace, "_synthetic_batch", counting)
+    naspipe_run(tmp_path, "toy", 5, recompute)
+    assert built == Counter(dict.fromkeys(range(5), 1))

@@ -22,6 +22,7 @@ class LayerOptimizers:
         self._layers = layers
         self._config = config
         self._optimizers: dict[int, torch.optim.Optimizer] = {}
+        self._frozen: set[int] = set()  # layers with nothing to train (pooling, skip): asked once, not per update
 
     def _make(self, layer: int) -> torch.optim.Optimizer | None:
         params = [p for p in self._layers[layer].parameters() if p.requires_grad]
@@ -34,12 +35,14 @@ class LayerOptimizers:
         return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay, foreach=False)
 
     def get(self, layer: int) -> torch.optim.Optimizer | None:
-        if layer not in self._optimizers:
+        optimizer = self._optimizers.get(layer)
+        if optimizer is None and layer not in self._frozen:
             optimizer = self._make(layer)
             if optimizer is None:
-                return None
-            self._optimizers[layer] = optimizer
-        return self._optimizers[layer]
+                self._frozen.add(layer)
+            else:
+                self._optimizers[layer] = optimizer
+        return optimizer
 
     def peek(self, layer: int) -> torch.optim.Optimizer | None:
         """The layer's optimizer if it exists (never creates one)."""

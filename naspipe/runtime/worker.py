@@ -53,6 +53,7 @@ class StageWorker:
     ) -> None:
         self.job, self.stage, self.transport, self.device = job, stage, transport, device
         self.run_dir, self.barrier, self.progress = run_dir, barrier, progress
+        self._cuda = device.type == "cuda"
         config = job.config
         self.steps = config.steps
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
@@ -345,7 +346,8 @@ class StageWorker:
         return any(True for _ in self.layers[layer].buffers())
 
     def _sync(self) -> None:
-        if self.device.type == "cuda":
+        """Wait for the device's queued kernels, so a span ends when its work has (only on CUDA)."""
+        if self._cuda:
             torch.cuda.synchronize(self.device)
 
     # -- checkpoints ----------------------------------------------------------
