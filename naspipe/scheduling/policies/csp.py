@@ -140,10 +140,8 @@ class CSP(StagePolicy):
     def forward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
         if self._registered <= subnet:
-            if self._plain:  # _on_register, inlined: each registers the layers it runs here, local users
-                slices, stage, blocked, register = self._slices, self.stage, self._blocked, self.versions.register_local
-                for y in range(self._registered, subnet + 1):
-                    blocked[y] = register(y, slices(y)[stage])
+            if self._plain and self._registered == subnet:  # _on_register, inlined for the common case
+                self._blocked[subnet] = self.versions.register_local(subnet, self._slices(subnet)[self.stage])
             else:
                 for y in range(self._registered, subnet + 1):
                     self._on_register(y)
