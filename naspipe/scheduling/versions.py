@@ -95,7 +95,9 @@ class VersionTable:
         version = self._version.get(layer, 0)
         turn = self.required(subnet, layer)
         if version != turn:
-            raise RuntimeError(f"subnet {subnet} wrote layer {layer} at version {version}, but its turn is version {turn}")
+            raise RuntimeError(
+                f"subnet {subnet} wrote layer {layer} at version {version}, but its turn is version {turn}"
+            )
         del self._waiting[layer][0]
         self._version[layer] = version + 1
         return self._head_if_ready(layer)
