@@ -127,9 +127,11 @@ def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the run, back on (if it was) after.
 
     The loop allocates a few tuples per task (events, tasks), all short-lived and none in a
-    cycle (reference counting frees them), yet every 700 of them trigger a collection that
-    scans the young objects: about a sixth of the engine's time at scale, for nothing. What
-    a policy or copy model might leave in a cycle is collected once the collector is back."""
+    cycle (reference counting frees them), while the policies' state and the cost table grow
+    with the run; each 700 objects of net growth trigger a collection that scans them, for
+    nothing here (about a sixth of the engine at 64 stages x 2,000 subnets, less once the
+    state stops growing; docs/simulator-performance.md). What a policy or copy model might
+    leave in a cycle is collected once the collector is back."""
     enabled = gc.isenabled()
     gc.disable()
     try:
