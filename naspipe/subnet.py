@@ -41,6 +41,8 @@ class SubnetStream:
 
     BLOCK = 1024
     CACHED_BLOCKS = 8
+    PACKED_BYTES = 64 << 20  # every drawn block kept packed (a byte per choice) up to this many bytes
+
 
     def __init__(self, choices_per_block: Sequence[int], seed: int) -> None:
         if not choices_per_block or min(choices_per_block) < 1:
@@ -50,6 +52,11 @@ class SubnetStream:
         self._rng = random.Random(derive_seed(seed, "subnets"))
         self._starts: list[object] = [self._rng.getstate()]  # generator state at each block's start
         self._blocks: OrderedDict[int, tuple[Subnet, ...]] = OrderedDict()
+        # Blocks drawn before, a byte per choice (when every block has at most 256 candidates): a run reads
+        # the stream several times (the simulator's engine, memory model and bound each walk it whole), and
+        # unpacking costs a fraction of redrawing (~170 generator calls per subnet of 126 blocks).
+        self._packed: dict[int, bytes] = {}
+        self._packed_left = self.PACKED_BYTES if max(self._choices) <= 256 else 0
 
     def __getitem__(self, index: int) -> Subnet:
         if index < 0:
@@ -63,13 +70,26 @@ class SubnetStream:
         return cached[offset]
 
     def _draw_block(self, block: int) -> tuple[Subnet, ...]:
-        while len(self._starts) <= block:  # walk forward to learn the state at the block's start
-            self._draw_from(len(self._starts) - 1)
-        drawn = self._draw_from(block)
+        packed = self._packed.get(block)
+        if packed is not None:
+            width = len(self._choices)
+            drawn = tuple([Subnet(tuple(packed[i : i + width])) for i in range(0, len(packed), width)])
+        else:
+            while len(self._starts) <= block:  # walk forward to learn the state at the block's start
+                self._draw_from(len(self._starts) - 1)
+            drawn = self._draw_from(block)
+            self._pack(block, drawn)
         self._blocks[block] = drawn
         while len(self._blocks) > self.CACHED_BLOCKS:
             self._blocks.popitem(last=False)
         return drawn
+
+    def _pack(self, block: int, drawn: tuple[Subnet, ...]) -> None:
+        """Keep ``block``'s choices packed while the budget lasts (redrawing it then costs nothing)."""
+        size = len(drawn) * len(self._choices)
+        if size <= self._packed_left:
+            self._packed_left -= size
+            self._packed[block] = b"".join([bytes(subnet.choices) for subnet in drawn])
 
     def _draw_from(self, block: int) -> tuple[Subnet, ...]:
         """Draw block ``block`` from its saved start state, recording the next block's start."""

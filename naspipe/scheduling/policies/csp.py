@@ -67,6 +67,10 @@ class CSP(StagePolicy):
         self._next_update = 0  # the next subnet whose shared gradients join the window's sum here
         self._updated: set[int] = set()  # updates done above it (their shared gradients wait their turn)
         self._window_wait: dict[int, list[int]] = {}  # windows applied -> registered subnets waiting for it
+        # Registration inlined in forward_arrived (once per subnet and stage, the simulator's hot path at
+        # scale): a static plan, no shared window, and CSP's own _on_register (subclasses may override it).
+        self._plain = not plan.mirrored and self._window is None and type(self)._on_register is CSP._on_register
+        self._slices = plan.versioned_slices
 
     def clone(self) -> CSP:
         """Copies only what running ahead mutates (a deep copy costs far more per task)."""
@@ -135,9 +139,13 @@ class CSP(StagePolicy):
 
     def forward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
-        while self._registered <= subnet:
-            self._on_register(self._registered)
-            self._registered += 1
+        if self._registered <= subnet:
+            if self._plain and self._registered == subnet:  # _on_register, inlined for the common case
+                self._blocked[subnet] = self.versions.register_local(subnet, self._slices(subnet)[self.stage])
+            else:
+                for y in range(self._registered, subnet + 1):
+                    self._on_register(y)
+            self._registered = subnet + 1
         if subnet == self._arrived_below and not self._arrived_ahead:
             self._arrived_below = subnet + 1
         else:
