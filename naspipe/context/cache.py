@@ -84,6 +84,7 @@ class DeviceCache:
         self._last_use: dict[int, int] = {}
         self._tick = 0
         self.used = 0
+
         for layer in resident:
             self._add(layer)
             self._in_flight.discard(layer)
@@ -190,7 +191,17 @@ class DeviceCache:
             layer for layer in self._resident
             if layer not in self._pins and layer not in self._in_flight and next_use.get(layer, _NEVER) > limit
         ]
-        candidates.sort(key=lambda layer: (-next_use.get(layer, _NEVER), self._last_use.get(layer, 0), layer))
+        last_use, sizes = self._last_use, self.sizes
+
+        def order(layer: int) -> tuple[int, int, int]:  # furthest next use first, then least recently used
+            return -next_use.get(layer, _NEVER), last_use.get(layer, 0), layer
+
+        if not candidates:
+            return None
+        first = min(candidates, key=order)  # the sort's first (keys are distinct): usually all it takes
+        if sizes[first] >= need:
+            return [first]
+        candidates.sort(key=order)
         victims: list[int] = []
         for layer in candidates:
             if need <= 0:
