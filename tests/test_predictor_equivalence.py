@@ -98,3 +98,24 @@ def test_per_subnet_and_windowed_plans_take_the_copy_and_agree() -> None:
     assert _compare(mirrored, "csp", 24, (8,), seed=4) == 0
     windowed = make_plan(blocks=8, candidates=3, stages=3, seed=4, shared_policy="windowed")
     assert _compare(windowed, "csp", 24, (8,), seed=5, options=PolicyOptions(shared_window=3)) == 0
+
+
+def test_agree_when_registrations_are_pruned_and_extended_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small chunks: the predecessor lists are dropped and registered ahead many times per run."""
+    monkeypatch.setattr(CSPLookahead, "_PRUNE_EVERY", 5)
+    monkeypatch.setattr(CSPLookahead, "_AHEAD", 1)
+    plan = make_plan(blocks=10, candidates=4, stages=6, seed=9)
+    assert _compare(plan, "csp", 60, (2, 8), seed=9, options=PolicyOptions(max_inflight=5)) == 3 * 60 * 6
+
+
+def test_a_lookahead_made_mid_run_agrees() -> None:
+    """The first prediction on a stage may come late (a cache switched on after a resume, a test):
+    the lookahead then starts from the live state, registering from the oldest unwritten subnet."""
+    plan = make_plan(blocks=8, candidates=3, stages=4, seed=6)
+    n = 40
+
+    def look(task: Task, policy: StagePolicy) -> None:
+        if task.subnet >= 11:  # no prediction before: the lookahead is built here
+            assert predict(policy, 8, n, running=task) == predict_by_copy(policy, 8, n, running=task)
+
+    drive(plan, "csp", n, duration=_durations(2), on_start=look)
