@@ -30,10 +30,10 @@ run) instead of predicted ones, the cache's victim rule (furthest next use) is B
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-
 from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heappop, heappush
+from typing import TypeGuard
 from weakref import WeakKeyDictionary
 
 from naspipe.scheduling.plan import PipelinePlan
@@ -77,7 +77,7 @@ def predict_by_copy(policy: StagePolicy, horizon: int, end: int, running: Task |
     return _Lookahead(policy, end, running).take(horizon)
 
 
-_FAST: WeakKeyDictionary[StagePolicy, "CSPLookahead | None"] = WeakKeyDictionary()
+_FAST: WeakKeyDictionary[StagePolicy, CSPLookahead | None] = WeakKeyDictionary()
 
 
 def _fast_lookahead(policy: StagePolicy) -> CSPLookahead | None:
@@ -186,7 +186,7 @@ class CSPLookahead:
         self._end = 0  # the stream's end in the prediction running now
 
     @staticmethod
-    def supports(policy: StagePolicy) -> bool:
+    def supports(policy: StagePolicy) -> TypeGuard[CSP]:
         """CSP itself (not a subclass: they may decide otherwise) on a static plan, no shared windows."""
         return type(policy) is CSP and not policy.plan.mirrored and not policy.plan.windowed
 
