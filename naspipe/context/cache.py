@@ -76,6 +76,7 @@ class DeviceCache:
             raise ValueError(f"cache budget must be positive, got {budget} bytes")
         self.budget = budget
         self.sizes = dict(sizes)
+        self._largest = max(self.sizes.values(), default=0)
         self.stats = CacheStats()
         self._resident: set[int] = set()  # on the device (arrived) or in flight
         self._in_flight: set[int] = set()
@@ -242,6 +243,8 @@ class DeviceCache:
         return Move(layer, self.sizes[layer], "drop")
 
     def _check_fits(self, layers: Sequence[int]) -> None:
+        if len(layers) * self._largest <= self.budget:  # once per task: most tasks cannot overflow
+            return
         total = sum(self.sizes[layer] for layer in layers)
         if total <= self.budget:
             return
@@ -253,8 +256,5 @@ class DeviceCache:
 
 
 def _next_uses(upcoming: Upcoming) -> dict[int, int]:
-    first: dict[int, int] = {}
-    for position, layers in enumerate(upcoming):
-        for layer in layers:
-            first.setdefault(layer, position)
-    return first
+    """Each layer's first position in ``upcoming`` (built from the end: earlier positions overwrite)."""
+    return {layer: position for position in range(len(upcoming) - 1, -1, -1) for layer in upcoming[position]}
