@@ -4,7 +4,9 @@ Public API (stable; the simulator reuses it):
 
 - :func:`predict` ``(policy, horizon, end, running=None) -> list[Task]``: the next ``horizon``
   tasks the stage's own policy would run, found by running that policy forward on a *copy*
-  of its state. The live policy is never touched.
+  of its state. The live policy is never touched. For CSP on a static plan the answer comes from
+  :class:`CSPLookahead` (the same tasks, without the copy: the cache's cost at scale); elsewhere,
+  and as the reference, from :func:`predict_by_copy`.
 - :func:`task_layers` ``(plan, task) -> tuple[int, ...]``: the layers a task uses on its stage
   (forward and backward: all of the subnet's layers there; update: the trainable ones).
 - :func:`layer_uses` ``(plan, tasks) -> list[tuple[int, ...]]``: the same for a list of tasks,
