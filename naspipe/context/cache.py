@@ -76,6 +76,7 @@ class DeviceCache:
             raise ValueError(f"cache budget must be positive, got {budget} bytes")
         self.budget = budget
         self.sizes = dict(sizes)
+        self._largest = max(self.sizes.values(), default=0)
         self.stats = CacheStats()
         self._resident: set[int] = set()  # on the device (arrived) or in flight
         self._in_flight: set[int] = set()
@@ -84,6 +85,7 @@ class DeviceCache:
         self._last_use: dict[int, int] = {}
         self._tick = 0
         self.used = 0
+
         for layer in resident:
             self._add(layer)
             self._in_flight.discard(layer)
@@ -190,7 +192,17 @@ class DeviceCache:
             layer for layer in self._resident
             if layer not in self._pins and layer not in self._in_flight and next_use.get(layer, _NEVER) > limit
         ]
-        candidates.sort(key=lambda layer: (-next_use.get(layer, _NEVER), self._last_use.get(layer, 0), layer))
+        last_use, sizes = self._last_use, self.sizes
+
+        def order(layer: int) -> tuple[int, int, int]:  # furthest next use first, then least recently used
+            return -next_use.get(layer, _NEVER), last_use.get(layer, 0), layer
+
+        if not candidates:
+            return None
+        first = min(candidates, key=order)  # the sort's first (keys are distinct): usually all it takes
+        if sizes[first] >= need:
+            return [first]
+        candidates.sort(key=order)
         victims: list[int] = []
         for layer in candidates:
             if need <= 0:
@@ -231,6 +243,8 @@ class DeviceCache:
         return Move(layer, self.sizes[layer], "drop")
 
     def _check_fits(self, layers: Sequence[int]) -> None:
+        if len(layers) * self._largest <= self.budget:  # once per task: most tasks cannot overflow
+            return
         total = sum(self.sizes[layer] for layer in layers)
         if total <= self.budget:
             return
@@ -242,8 +256,5 @@ class DeviceCache:
 
 
 def _next_uses(upcoming: Upcoming) -> dict[int, int]:
-    first: dict[int, int] = {}
-    for position, layers in enumerate(upcoming):
-        for layer in layers:
-            first.setdefault(layer, position)
-    return first
+    """Each layer's first position in ``upcoming`` (built from the end: earlier positions overwrite)."""
+    return {layer: position for position in range(len(upcoming) - 1, -1, -1) for layer in upcoming[position]}

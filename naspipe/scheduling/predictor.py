@@ -4,7 +4,9 @@ Public API (stable; the simulator reuses it):
 
 - :func:`predict` ``(policy, horizon, end, running=None) -> list[Task]``: the next ``horizon``
   tasks the stage's own policy would run, found by running that policy forward on a *copy*
-  of its state. The live policy is never touched.
+  of its state. The live policy is never touched. For CSP on a static plan the answer comes from
+  :class:`CSPLookahead` (the same tasks, without the copy: the cache's cost at scale); elsewhere,
+  and as the reference, from :func:`predict_by_copy`.
 - :func:`task_layers` ``(plan, task) -> tuple[int, ...]``: the layers a task uses on its stage
   (forward and backward: all of the subnet's layers there; update: the trainable ones).
 - :func:`layer_uses` ``(plan, tasks) -> list[tuple[int, ...]]``: the same for a list of tasks,
@@ -30,11 +32,16 @@ run) instead of predicted ones, the cache's victim rule (furthest next use) is B
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator
+from heapq import heappop, heappush
+from typing import TypeGuard
+from weakref import WeakKeyDictionary
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.task import FORWARD, UPDATE, Kind, Task
+from naspipe.scheduling.policies.csp import CSP
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task, new_task
 
 
 def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
@@ -52,10 +59,37 @@ def layer_uses(plan: PipelinePlan, tasks: Iterable[Task]) -> list[tuple[int, ...
 
 
 def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = None) -> list[Task]:
-    """The next ``horizon`` tasks of ``policy``'s stage (fewer when the stream ends first)."""
+    """The next ``horizon`` tasks of ``policy``'s stage (fewer when the stream ends first).
+
+    Exactly :func:`predict_by_copy`'s answer; for CSP on a static plan without shared windows
+    (the cache's common case) it comes from :class:`CSPLookahead`,
+    which reads the live state instead of copying it (see it for why it is the same)."""
+    if horizon <= 0:
+        return []
+    fast = _fast_lookahead(policy)
+    if fast is not None:
+        return fast.take(horizon, end, running)
+    return _Lookahead(policy, end, running).take(horizon)
+
+
+def predict_by_copy(policy: StagePolicy, horizon: int, end: int, running: Task | None = None) -> list[Task]:
+    """The reference prediction: the policy's own clone run ahead (the rules of the module docstring)."""
     if horizon <= 0:
         return []
     return _Lookahead(policy, end, running).take(horizon)
+
+
+_FAST: WeakKeyDictionary[StagePolicy, CSPLookahead | None] = WeakKeyDictionary()
+
+
+def _fast_lookahead(policy: StagePolicy) -> CSPLookahead | None:
+    """The stage's :class:`CSPLookahead` (kept across calls: it registers subnets ahead once), or None
+    when the policy is not one it reproduces."""
+    try:
+        return _FAST[policy]
+    except KeyError:
+        fast = _FAST[policy] = CSPLookahead(policy) if CSPLookahead.supports(policy) else None
+        return fast
 
 
 class _Lookahead:
@@ -110,3 +144,254 @@ class _Lookahead:
                 self.sim.backward_arrived(task.subnet)
             else:
                 self.pending.append(task.subnet)
+
+
+class CSPLookahead:
+    """CSP's run-ahead without a copy of its state: :func:`predict_by_copy`'s answer, cheaper.
+
+    Why it is the same. On a static plan a subnet ``y``'s forward on a stage is blocked exactly
+    while some *predecessor* of ``y`` there (for each of ``y``'s versioned layers on the stage,
+    the last earlier subnet that uses it) has not written it: writes of a layer land in user
+    order, so the predecessor's write implies every earlier one, and CSP's per-subnet count of
+    blocking layers (:class:`naspipe.scheduling.versions.VersionTable`) is the number of
+    unwritten predecessors. Predecessors depend on the plan alone, not on when a subnet
+    registers, so this object registers each subnet once per stage, ahead, for all predictions;
+    a prediction then reads the live policy's small queues (:meth:`CSP.lookahead_view`), keeps
+    the few subnets the run-ahead writes in a set of its own, and runs the module docstring's
+    rules with CSP's decisions inlined (updates, then backwards, then the lowest ready forward).
+    What the clone cost per task (copying the version table, registering every arrival again:
+    most of a cached simulation) is gone; ``tests/test_predictor_equivalence.py`` checks the
+    answer against the copy at every task.
+    """
+
+    _PRUNE_EVERY = 2048  # registrations between drops of predecessor lists nobody can ask for again
+    _AHEAD = 32  # subnets registered ahead at a time when a prediction runs past the registered ones
+
+    def __init__(self, policy: CSP) -> None:
+        self.policy = policy
+        self.stage = policy.stage
+        self.depth = policy.plan.num_stages - 1 - policy.stage
+        self._slices = policy.plan.versioned_slices
+        _, _, _, _, unwritten, registered = policy.lookahead_view()
+        start = min(min(unwritten, default=registered), registered)  # every subnet below it has written
+        self._next = start  # subnets [start, _next) are registered here
+        self._last_user: dict[int, int] = {}  # layer -> its last user registered here
+        self.preds: dict[int, tuple[int, ...]] = {}  # subnet -> its distinct predecessors on this stage
+        # The live writes, as far as the last prediction saw them: a subnet below _synced and not in
+        # _tracked has written. For each registered subnet, the predecessors not known to have written:
+        self._synced = start
+        self._tracked: set[int] = set()
+        self._blocking: dict[int, int] = {}  # subnet -> how many (absent: none; the subnet is in _zeros)
+        self._followers: dict[int, list[int]] = {}  # unwritten subnet -> registered subnets it blocks
+        self._zeros: list[int] = []  # registered subnets none blocks, in id order
+        self._until_prune = self._PRUNE_EVERY
+        self._end = 0  # the stream's end in the prediction running now
+
+    @staticmethod
+    def supports(policy: StagePolicy) -> TypeGuard[CSP]:
+        """CSP itself (not a subclass: they may decide otherwise) on a static plan, no shared windows."""
+        return type(policy) is CSP and not policy.plan.mirrored and not policy.plan.windowed
+
+    def register_through(self, subnet: int) -> None:
+        """Record the predecessors of every subnet up to ``subnet`` (in id order, once each)."""
+        slices, stage, last_user, preds = self._slices, self.stage, self._last_user, self.preds
+        synced, tracked, blocking, followers, zeros = (self._synced, self._tracked, self._blocking,
+                                                       self._followers, self._zeros)
+        y = self._next
+        while y <= subnet:
+            found: list[int] = []
+            for layer in slices(y)[stage]:
+                earlier = last_user.get(layer)
+                if earlier is not None and earlier not in found:
+                    found.append(earlier)
+                last_user[layer] = y
+            preds[y] = tuple(found)
+            count = 0
+            for p in found:
+                if p >= synced or p in tracked:  # not known to have written
+                    followers.setdefault(p, []).append(y)
+                    count += 1
+            if count:
+                blocking[y] = count
+            else:
+                zeros.append(y)
+            y += 1
+        self._until_prune -= y - self._next
+        self._next = y
+
+    def _sync(self, unwritten: dict[int, int], registered: int) -> None:
+        """Catch up with the live writes: a registered subnet has written once it left ``unwritten``."""
+        tracked = self._tracked
+        for subnet in [x for x in tracked if x not in unwritten]:
+            tracked.remove(subnet)
+            self._has_written(subnet)
+        for subnet in range(self._synced, registered):
+            if subnet in unwritten:
+                tracked.add(subnet)
+            else:
+                self._has_written(subnet)
+        if registered > self._synced:
+            self._synced = registered
+
+    def _has_written(self, subnet: int) -> None:
+        blocking, zeros = self._blocking, self._zeros
+        for follower in self._followers.pop(subnet, ()):
+            left = blocking[follower] - 1
+            if left:
+                blocking[follower] = left
+            else:
+                del blocking[follower]
+                insort(zeros, follower)
+
+    def _prune(self) -> None:
+        """Drop the lists of subnets below every unwritten one: written, never asked about again."""
+        _, _, _, _, unwritten, registered = self.policy.lookahead_view()
+        floor = min(min(unwritten, default=registered), registered)
+        for subnet in [y for y in self.preds if y < floor]:
+            del self.preds[subnet]
+        del self._zeros[:bisect_left(self._zeros, floor)]
+        self._until_prune = self._PRUNE_EVERY
+
+    def take(self, horizon: int, end: int, running: Task | None) -> list[Task]:
+        """The next ``horizon`` tasks (the rules of :class:`_Lookahead`, CSP's decisions inlined)."""
+        live = self.policy
+        self._end = end
+        ready_u, ready_b, ready_f, waiting_live, unwritten, registered = live.lookahead_view()
+        self._sync(unwritten, registered)
+        if self._until_prune <= 0:  # here, not while registering: a prediction holds indices into _zeros
+            self._prune()
+        ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
+        waiting = set(waiting_live)
+        pending = live.awaiting_backward()
+        written: set[int] = set()  # subnets the run-ahead updates
+        stage, depth, is_first, is_last = self.stage, self.depth, live.is_first, live.is_last
+        admitted, finished, cap = live.admitted, live.finished, live.options.max_inflight
+        if waiting and self._next <= max(waiting):
+            self.register_through(max(waiting))
+        preds = self.preds
+
+        def ready(subnet: int) -> bool:
+            """All of ``subnet``'s predecessors here have written (live or in the run-ahead)."""
+            for p in preds[subnet]:
+                if p not in written and (p >= registered or p in unwritten):
+                    return False
+            return True
+
+        def write(subnet: int) -> None:
+            written.add(subnet)
+            for other in [w for w in waiting if subnet in preds[w] and ready(w)]:
+                waiting.remove(other)
+                heappush(ready_f, other)
+
+        if running is not None:
+            kind, subnet, _ = running
+            if kind is FORWARD:
+                if is_last:
+                    heappush(ready_b, subnet)
+                else:
+                    pending.append(subnet)
+            elif kind is BACKWARD:
+                heappush(ready_u, subnet)
+            else:
+                write(subnet)
+                finished += 1
+        arrivals = live.pending_arrivals(end)
+        next_arrival = next(arrivals, None)
+        out: list[Task] = []
+        while len(out) < horizon:
+            if ready_u:
+                subnet = heappop(ready_u)
+                out.append(new_task((UPDATE, subnet, stage)))
+                write(subnet)
+                finished += 1
+                continue
+            if ready_b:
+                subnet = heappop(ready_b)
+                out.append(new_task((BACKWARD, subnet, stage)))
+                heappush(ready_u, subnet)
+                continue
+            if ready_f:
+                subnet = heappop(ready_f)
+                out.append(new_task((FORWARD, subnet, stage)))
+                if is_last:
+                    heappush(ready_b, subnet)
+                else:
+                    pending.append(subnet)
+                continue
+            arrival = next_arrival is not None and (not is_first or admitted - finished < cap)
+            if arrival and not is_first and len(pending) + horizon - len(out) <= depth:
+                assert next_arrival is not None
+                tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered)
+                if tail is not None:
+                    out += [new_task((FORWARD, subnet, stage)) for subnet in tail]
+                    break
+                next_arrival = self._forwards_only(out, horizon, arrivals, next_arrival, pending, waiting, ready)
+                continue
+            if pending and (len(pending) >= depth or not arrival):
+                lowest = min(pending)
+                pending.remove(lowest)
+                heappush(ready_b, lowest)
+                continue
+            if not arrival:
+                break
+            subnet = next_arrival  # type: ignore[assignment]  # not None: arrival
+            next_arrival = next(arrivals, None)
+            admitted += 1
+            if self._next <= subnet:
+                self.register_through(subnet)
+            if ready(subnet):
+                heappush(ready_f, subnet)
+            else:
+                waiting.add(subnet)
+        return out
+
+    def _forwards_only(self, out: list[Task], horizon: int, arrivals: Iterator[int], next_arrival: int | None,
+                       pending: list[int], waiting: set[int], ready: Callable[[int], bool]) -> int | None:
+        """The loop of :meth:`take` while it can only take arrivals (most stages, most of the time).
+
+        Entered with nothing ready and fewer backwards pending than the stage's depth even after
+        every task still to predict has become one: no backward is released, so nothing is written
+        and each arrival is a forward now (:meth:`take`'s ready test) or waits for the rest of the
+        prediction. Returns the next arrival (None: the stream ended first; :meth:`take` goes on)."""
+        stage = self.stage
+        while next_arrival is not None:
+            subnet = next_arrival
+            if self._next <= subnet:
+                self.register_through(min(subnet + 32, self._end - 1))  # ahead in one call: the next arrivals too
+            if ready(subnet):
+                out.append(new_task((FORWARD, subnet, stage)))
+                pending.append(subnet)
+                if len(out) >= horizon:
+                    return next(arrivals, None)
+            else:
+                waiting.add(subnet)
+            next_arrival = next(arrivals, None)
+        return None
+
+    def _ready_arrivals(self, need: int, first: int, written: set[int], unwritten: dict[int, int],
+                        registered: int) -> list[int] | None:
+        """What :meth:`_forwards_only` takes, from the registrations kept between predictions: the first
+        ``need`` arrivals from ``first`` on whose predecessors have all written, live or in the run-ahead
+        (``written``). None when the stream ends first (:meth:`_forwards_only` then walks the arrivals)."""
+        zeros, end = self._zeros, self._end
+        ahead = self.policy.overtaken()  # arrived already: not an arrival
+        if self._next <= first:
+            self.register_through(min(first + self._AHEAD, end - 1))
+        start = bisect_left(zeros, first)  # registering appends: later subnets only
+        while True:  # enough subnets registered that the live writes alone leave `need` of them ready
+            tail = [y for y in zeros[start:] if y not in ahead] if ahead else zeros[start:start + need]
+            if len(tail) >= need and tail[need - 1] < end:
+                break
+            if self._next >= end:
+                return None
+            self.register_through(min(self._next + self._AHEAD, end - 1))
+        if written:  # followers whose every blocker the run-ahead writes
+            extra: dict[int, int] = {}
+            for writer in written:
+                for follower in self._followers.get(writer, ()):
+                    extra[follower] = extra.get(follower, 0) + 1
+            blocking = self._blocking
+            more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
+            if more:
+                tail = sorted(tail + more)
+        return tail[:need]

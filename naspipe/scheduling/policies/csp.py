@@ -222,6 +222,16 @@ class CSP(StagePolicy):
             self._waiting.remove(subnet)
             heappush(self._ready_f, subnet)
 
+    def lookahead_view(self) -> tuple[list[int], list[int], list[int], set[int], dict[int, int], int]:
+        """The live queues the predictor's :class:`~naspipe.scheduling.predictor.CSPLookahead` reads (not
+        copies): ready updates, backwards and forwards (heaps), arrived forwards still blocked, the
+        registered subnets that have not written here (keys), and how many subnets are registered."""
+        return self._ready_u, self._ready_b, self._ready_f, self._waiting, self._blocked, self._registered
+
+    def overtaken(self) -> set[int]:
+        """Forwards that arrived here before an earlier one (not future arrivals: the predictor's)."""
+        return self._arrived_ahead
+
     def _mirror(self, layer: int, writer: int, version: int) -> None:
         """Send ``layer`` to its next user's stage if that is elsewhere; past the end, remember it."""
         if self.speculative:

@@ -1,0 +1,121 @@
+"""The fast predictor answers exactly what the policy's clone answers, at every task.
+
+:func:`naspipe.scheduling.predictor.predict` takes :class:`CSPLookahead` (no copy of the
+state, predecessors registered ahead once) where it applies; :func:`predict_by_copy` is the
+reference (the policy cloned and run ahead). Both are called before every task of whole
+pipeline runs (irregular durations, so forwards overtake and stages sit idle at random
+points; several stage counts, in-flight limits, horizons, plans, resumed runs) and must
+agree; the cases on which the fast path applies are counted, so the test cannot pass by
+falling back everywhere.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from naspipe.partition import balanced_partition
+from naspipe.scheduling import PipelinePlan
+from naspipe.scheduling.driver import drive
+from naspipe.scheduling.policies import PolicyOptions, make_policy
+from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.predictor import CSPLookahead, predict, predict_by_copy
+from naspipe.scheduling.task import Kind, Task
+from naspipe.subnet import SubnetStream
+from tests.conftest import make_plan, make_structure
+
+
+def _durations(seed: int) -> dict[Task, float]:
+    """Irregular, deterministic task times (memoised per task: the driver asks once)."""
+    rng = random.Random(seed)
+    table: dict[Task, float] = {}
+
+    def duration(task: Task) -> float:
+        if task not in table:
+            base = {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
+            table[task] = base + rng.choice((0.0, 0.5, 1.0, 3.0))
+        return table[task]
+
+    return duration  # type: ignore[return-value]
+
+
+def _compare(plan: PipelinePlan, system: str, n: int, horizons: tuple[int, ...], seed: int,
+             options: PolicyOptions | None = None, resume: int = 0) -> int:
+    """Drive a run, comparing both predictions before every task; returns how many used the fast path."""
+    options = options or PolicyOptions()
+    fast = 0
+
+    def look(task: Task, policy: StagePolicy) -> None:
+        nonlocal fast
+        for horizon in horizons:
+            want = predict_by_copy(policy, horizon, n, running=task)
+            assert predict(policy, horizon, n, running=task) == want, (str(task), horizon)
+            assert predict(policy, horizon, n + 3, running=task) == predict_by_copy(policy, horizon, n + 3, task)
+        fast += CSPLookahead.supports(policy)
+
+    policies = [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
+    if resume:
+        for policy in policies:
+            policy.resume_at(resume)
+    drive(plan, system, n, options, duration=_durations(seed), policies=policies, on_start=look)
+    return fast
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("inflight", [1, 4, 9])
+def test_csp_static_plans_agree_at_every_task(stages: int, inflight: int) -> None:
+    plan = make_plan(blocks=10, candidates=3, stages=stages, seed=stages + inflight)
+    fast = _compare(plan, "csp", 40, (1, 3, 8, 20), seed=stages, options=PolicyOptions(max_inflight=inflight))
+    assert fast == 3 * 40 * stages  # every task of every stage went through CSPLookahead
+
+
+@pytest.mark.parametrize("shared", ["frozen", "causal"])
+def test_crowded_and_sparse_spaces_agree(shared: str) -> None:
+    """Two candidates (nearly every pair of subnets conflicts) and twelve (few do); causal shared layers."""
+    for candidates in (2, 12):
+        plan = make_plan(blocks=8, candidates=candidates, stages=4, seed=candidates, shared_policy=shared)
+        assert _compare(plan, "csp", 48, (4, 8), seed=candidates, options=PolicyOptions(max_inflight=6)) > 0
+
+
+def test_resumed_run_agrees() -> None:
+    plan = make_plan(blocks=6, candidates=3, stages=4, seed=5)
+    assert _compare(plan, "csp", 50, (8,), seed=1, resume=17) == 3 * (50 - 17) * 4
+
+
+@pytest.mark.parametrize("system", ["csp-no-scheduler", "csp-artifact", "sequential", "gpipe", "pipedream"])
+def test_other_policies_take_the_copy_and_agree(system: str) -> None:
+    plan = make_plan(blocks=8, candidates=3, stages=1 if system == "sequential" else 3, seed=2)
+    assert _compare(plan, system, 24, (8,), seed=3) == 0
+
+
+def test_per_subnet_and_windowed_plans_take_the_copy_and_agree() -> None:
+    structure = make_structure(8, 3)
+    stream = SubnetStream(structure.choices_per_block, 4)
+    costs = [1.0 + (lid % 5) for lid in range(structure.num_layers)]
+    partition = balanced_partition([1.0] * structure.num_positions, 3)
+    mirrored = PipelinePlan.per_subnet(structure, partition, stream, costs)
+    assert _compare(mirrored, "csp", 24, (8,), seed=4) == 0
+    windowed = make_plan(blocks=8, candidates=3, stages=3, seed=4, shared_policy="windowed")
+    assert _compare(windowed, "csp", 24, (8,), seed=5, options=PolicyOptions(shared_window=3)) == 0
+
+
+def test_agree_when_registrations_are_pruned_and_extended_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small chunks: the predecessor lists are dropped and registered ahead many times per run."""
+    monkeypatch.setattr(CSPLookahead, "_PRUNE_EVERY", 5)
+    monkeypatch.setattr(CSPLookahead, "_AHEAD", 1)
+    plan = make_plan(blocks=10, candidates=4, stages=6, seed=9)
+    assert _compare(plan, "csp", 60, (2, 8), seed=9, options=PolicyOptions(max_inflight=5)) == 3 * 60 * 6
+
+
+def test_a_lookahead_made_mid_run_agrees() -> None:
+    """The first prediction on a stage may come late (a cache switched on after a resume, a test):
+    the lookahead then starts from the live state, registering from the oldest unwritten subnet."""
+    plan = make_plan(blocks=8, candidates=3, stages=4, seed=6)
+    n = 40
+
+    def look(task: Task, policy: StagePolicy) -> None:
+        if task.subnet >= 11:  # no prediction before: the lookahead is built here
+            assert predict(policy, 8, n, running=task) == predict_by_copy(policy, 8, n, running=task)
+
+    drive(plan, "csp", n, duration=_durations(2), on_start=look)
