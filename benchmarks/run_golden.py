@@ -58,8 +58,8 @@ STAGES = (1, 2, 4)
 SPACES = ("nlp.tiny", "cv.tiny")
 PARTITION_COSTS = "params"
 # csp-artifact keeps the artifact's relaxed check, not the version rule: above one stage what it trains
-# depends on timing, and with the default's windowed shared layers it stops at D=4 on nlp.tiny ("subnet 32
-# reads shared layer 0 at version 3, but 2 windows are applied here"); no reference can hold that
+# depends on timing, so no reference can hold it (it once also skipped the shared-layer window's wait and
+# stopped at D=4 on nlp.tiny; tests/test_artifact_policy.py now covers that)
 ONE_STAGE_ONLY = frozenset({"csp-artifact"})
 CONFIG = ROOT / "config" / "config.yaml"
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"

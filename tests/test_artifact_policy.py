@@ -82,3 +82,37 @@ def test_per_subnet_partitions_are_refused():
     per_subnet = type(plan).per_subnet(plan.structure, plan.partition, plan.stream, [1.0] * plan.structure.num_layers)
     with pytest.raises(ValueError, match="per-subnet"):
         make_policy("csp-artifact", 0, per_subnet, PolicyOptions())
+
+
+def test_the_artifact_still_waits_for_the_shared_window_it_reads():
+    """Windowed shared layers: the relaxed check compares fewer blocks, but a stage holds only the two newest
+    windows, so every forward and backward must find the version it reads (the runtime raises otherwise)."""
+    import random
+
+    from naspipe.partition import balanced_partition
+    from naspipe.scheduling.plan import PipelinePlan
+    from naspipe.scheduling.windows import SharedWindow
+    from naspipe.subnet import SubnetStream
+    from tests.conftest import make_structure
+
+    structure = make_structure(8, 3, "windowed")
+    plan = PipelinePlan(structure, balanced_partition([1.0] * structure.num_positions, 4),
+                        SubnetStream(structure.choices_per_block, 0))
+    rule, rng = SharedWindow(1), random.Random(1)
+    applied, done, reads = dict.fromkeys(plan.windowed, 0), {lid: set() for lid in plan.windowed}, 0
+    durations: dict = {}
+
+    def on_start(task, policy) -> None:
+        nonlocal reads
+        for layer in set(plan.stage_layers(task.subnet, task.stage)) & plan.windowed:
+            if task.kind is Kind.UPDATE:  # the executor applies the windows in subnet order
+                done[layer].add(task.subnet)
+                while applied[layer] in done[layer]:
+                    applied[layer] += 1  # W = 1: every update closes a window
+                continue
+            assert applied[layer] in (rule.read_version(task.subnet), rule.read_version(task.subnet) + 1), task
+            reads += 1
+
+    drive(plan, "csp-artifact", 30, PolicyOptions(max_inflight=8, shared_window=1), on_start=on_start,
+          duration=lambda task: durations.setdefault(task, rng.uniform(0.1, 3.0)))
+    assert reads > 0

@@ -50,7 +50,12 @@ class CSPArtifact(CSP):
         self._compared = tuple((b, structure.layer_id(b, 0)) for b in compared_blocks(stage, len(structure.blocks)))
 
     def _on_register(self, subnet: int) -> None:
-        """Register the subnet's layers in this stage's compared blocks (CSP registers the ones it runs here)."""
+        """Register the subnet's layers in this stage's compared blocks (CSP registers the ones it runs here).
+
+        The window rule of shared layers is not the artifact's check but what the executor can serve: a
+        stage holds only the two newest windows, so a subnet still waits for the one it reads."""
         choices = self.plan.stream[subnet].choices
         checked = tuple(first + choices[b] for b, first in self._compared)
         self._blocked[subnet] = self.versions.register(subnet, checked)
+        if self._window is not None:
+            self._register_window(subnet)
