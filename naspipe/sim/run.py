@@ -8,6 +8,7 @@ tools read a simulated run like a measured one; ``simulated`` says which it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,10 +18,11 @@ from naspipe.runplan import rules
 from naspipe.runplan.rules import effective_recompute
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions
+from naspipe.sim.beside import Beside
 from naspipe.sim.bound import longest_path, lower_bound
 from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
-from naspipe.sim.memory import memory_report
+from naspipe.sim.memory import MemoryReport, memory_report
 from naspipe.sim.residency import (
     ContextCache,
     Residency,
@@ -43,6 +45,10 @@ class SimSetup:
     cache: CacheConfig | None = None  # the context manager's settings (``cache.*`` config keys)
     trace_subnets: int = 0  # trace only the first and last N subnets (0: every subnet)
 
+
+# tasks (subnets x stages) from which the memory model and the bound run in a child beside the engine: below
+# it the fork costs more than it saves
+BESIDE_TASKS = 500_000
 
 __all__ = ["SimSetup", "cache_budgets", "effective_recompute", "residency_for", "simulate_run", "uses_cache"]
 
@@ -86,16 +92,32 @@ def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object
                             budgets).max_batch
         batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
-    result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
-                      residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
-                      trace_subnets=setup.trace_subnets)
-    path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
-                        shared_window=setup.options.shared_window)
-    memory = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets, budgets)
+    side = _path_and_memory(setup, recompute, budgets)
+    aside = Beside(side) if setup.subnets * setup.plan.num_stages >= BESIDE_TASKS else None
+    try:
+        result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
+                          residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
+                          trace_subnets=setup.trace_subnets)
+    except BaseException:
+        if aside is not None:
+            aside.cancel()
+        raise
+    path, memory = aside.result() if aside is not None else side()
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
 
 
-def _metrics(setup: SimSetup, result: SimResult, path: float, memory: Any, recompute: bool) -> dict[str, Any]:
+def _path_and_memory(setup: SimSetup, recompute: bool,
+                     budgets: list[int] | None) -> Callable[[], tuple[float, MemoryReport]]:
+    """The lower bound's longest path and the memory model: independent of the engine's events."""
+    def compute() -> tuple[float, MemoryReport]:
+        path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
+                            shared_window=setup.options.shared_window)
+        return path, memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
+                                   budgets)
+    return compute
+
+
+def _metrics(setup: SimSetup, result: SimResult, path: float, memory: MemoryReport, recompute: bool) -> dict[str, Any]:
     d, n = setup.plan.num_stages, result.subnets
     # the runtime's measured span also holds its start-up and shutdown (hardware.run_overhead_s)
     makespan = (result.makespan + (0.0 if setup.costs.free_io else setup.costs.hardware.run_overhead_s)) or 1e-9
