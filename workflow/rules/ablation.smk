@@ -13,6 +13,8 @@ rule ablation:
         directory(path("ablation")),
     log:
         logfile("ablation", "ablation"),
+    benchmark:
+        benchmarkfile("ablation", "ablation")
     wildcard_constraints:
         variant="|".join(ablation_variants()),
     conda:

@@ -19,6 +19,8 @@ rule calibrate:
         table=path("table", name="calibration"),
     log:
         logfile("calibrate"),
+    benchmark:
+        benchmarkfile("calibrate")
     conda:
         CONDA_ENV
     threads: 1
@@ -34,6 +36,8 @@ rule attribute:
         accounting=path("table", name="accounting"),
     log:
         logfile("attribute"),
+    benchmark:
+        benchmarkfile("attribute")
     conda:
         CONDA_ENV
     threads: 1
@@ -49,6 +53,8 @@ rule bubble_models:
         path("table", name="bubble_models"),
     log:
         logfile("bubble_models"),
+    benchmark:
+        benchmarkfile("bubble_models")
     conda:
         CONDA_ENV
     threads: 1

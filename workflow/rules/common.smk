@@ -4,7 +4,7 @@
 their commands and resources; naspipe.plan.paths says where every output and log lives.
 """
 
-from naspipe.plan.paths import logfile, path
+from naspipe.plan.paths import benchmarkfile, logfile, path
 from naspipe.plan.workflow import (
     ablation_variants,
     calibration_outputs,

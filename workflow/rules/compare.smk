@@ -9,6 +9,8 @@ rule compare:
         path("reproducibility"),
     log:
         logfile("compare", "reproducibility"),
+    benchmark:
+        benchmarkfile("compare", "reproducibility")
     conda:
         CONDA_ENV
     shell:

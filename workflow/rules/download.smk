@@ -30,6 +30,8 @@ rule fetch:
         stamp_path("{dataset}"),
     log:
         logfile("fetch", "data"),
+    benchmark:
+        benchmarkfile("fetch", "data")
     conda:
         CONDA_ENV
     params:

@@ -12,6 +12,8 @@ rule partition:
         path("partition"),
     log:
         logfile("partition", "partition"),
+    benchmark:
+        benchmarkfile("partition", "partition")
     conda:
         CONDA_ENV
     params:

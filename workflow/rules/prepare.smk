@@ -6,6 +6,8 @@ rule synthesize:
         temp(directory(path("raw"))),
     log:
         logfile("synthesize", "raw"),
+    benchmark:
+        benchmarkfile("synthesize", "raw")
     conda:
         CONDA_ENV
     resources:
@@ -23,6 +25,8 @@ rule prepare:
         directory(path("data")),
     log:
         logfile("prepare", "data"),
+    benchmark:
+        benchmarkfile("prepare", "data")
     conda:
         CONDA_ENV
     threads: W.prepare_workers

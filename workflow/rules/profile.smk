@@ -11,6 +11,8 @@ rule profile:
         table=path("profile_table"),
     log:
         logfile("profile", "profile"),
+    benchmark:
+        benchmarkfile("profile", "profile")
     conda:
         CONDA_ENV
     threads: 1

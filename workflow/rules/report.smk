@@ -24,6 +24,8 @@ rule report:
         REPORT_OUTPUTS,
     log:
         logfile("report"),
+    benchmark:
+        benchmarkfile("report")
     conda:
         CONDA_ENV
     params:

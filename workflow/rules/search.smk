@@ -18,6 +18,8 @@ rule search:
         directory(path("search")),
     log:
         logfile("search", "search"),
+    benchmark:
+        benchmarkfile("search", "search")
     conda:
         CONDA_ENV
     resources:
@@ -37,6 +39,8 @@ rule retrain:
         directory(path("retrain")),
     log:
         logfile("retrain", "retrain"),
+    benchmark:
+        benchmarkfile("retrain", "retrain")
     conda:
         CONDA_ENV
     resources:
@@ -58,6 +62,8 @@ rule search_accuracy:
         path("accuracy"),
     log:
         logfile("search_accuracy", "accuracy"),
+    benchmark:
+        benchmarkfile("search_accuracy", "accuracy")
     conda:
         CONDA_ENV
     resources:
@@ -78,6 +84,8 @@ rule curve:
         path("curve"),
     log:
         logfile("curve", "curve"),
+    benchmark:
+        benchmarkfile("curve", "curve")
     conda:
         CONDA_ENV
     resources:
@@ -98,6 +106,8 @@ rule retrain_random:
         directory(path("retrain_random")),
     log:
         logfile("retrain_random", "retrain_random"),
+    benchmark:
+        benchmarkfile("retrain_random", "retrain_random")
     conda:
         CONDA_ENV
     resources:
@@ -118,6 +128,8 @@ rule random_accuracy:
         path("random_accuracy"),
     log:
         logfile("random_accuracy", "random_accuracy"),
+    benchmark:
+        benchmarkfile("random_accuracy", "random_accuracy")
     conda:
         CONDA_ENV
     resources:

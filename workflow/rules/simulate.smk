@@ -12,6 +12,8 @@ rule simulate:
         directory(path("sim")),
     log:
         logfile("simulate", "sim"),
+    benchmark:
+        benchmarkfile("simulate", "sim")
     conda:
         CONDA_ENV
     threads: 1

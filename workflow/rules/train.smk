@@ -17,6 +17,8 @@ rule train:
         directory(path("run")),
     log:
         logfile("train", "run"),
+    benchmark:
+        benchmarkfile("train", "run")
     conda:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)
