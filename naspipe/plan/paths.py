@@ -57,6 +57,11 @@ def benchmarkfile(rule: str, kind: str = "") -> str:
     return f"{RESULTS}/benchmarks/{rule}{tail}.tsv"
 
 
+def memo_store(kind: str) -> str:
+    """Where the search phase's ``kind`` results are kept by content (naspipe.plan.memo), beside the outputs."""
+    return f"{RESULTS}/{PATTERNS[kind][0]}/.memo"
+
+
 def results(name: str = "") -> str:
     """A file or directory directly under results/ (``report.md``), or results/ itself."""
     return f"{RESULTS}/{name}" if name else RESULTS

@@ -15,6 +15,7 @@ rule ablation:
         logfile("ablation", "ablation"),
     benchmark:
         benchmarkfile("ablation", "ablation")
+    priority: priority("ablation")
     wildcard_constraints:
         variant="|".join(ablation_variants()),
     conda:

@@ -21,6 +21,7 @@ rule calibrate:
         logfile("calibrate"),
     benchmark:
         benchmarkfile("calibrate")
+    priority: priority("calibrate")
     conda:
         CONDA_ENV
     threads: 1
@@ -38,6 +39,7 @@ rule attribute:
         logfile("attribute"),
     benchmark:
         benchmarkfile("attribute")
+    priority: priority("attribute")
     conda:
         CONDA_ENV
     threads: 1
@@ -55,6 +57,7 @@ rule bubble_models:
         logfile("bubble_models"),
     benchmark:
         benchmarkfile("bubble_models")
+    priority: priority("bubble_models")
     conda:
         CONDA_ENV
     threads: 1

@@ -4,6 +4,7 @@
 their commands and resources; naspipe.plan.paths says where every output and log lives.
 """
 
+from naspipe.plan.order import priority
 from naspipe.plan.paths import benchmarkfile, logfile, path
 from naspipe.plan.workflow import (
     ablation_variants,

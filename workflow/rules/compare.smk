@@ -11,6 +11,7 @@ rule compare:
         logfile("compare", "reproducibility"),
     benchmark:
         benchmarkfile("compare", "reproducibility")
+    priority: priority("compare")
     conda:
         CONDA_ENV
     shell:

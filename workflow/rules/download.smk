@@ -32,6 +32,7 @@ rule fetch:
         logfile("fetch", "data"),
     benchmark:
         benchmarkfile("fetch", "data")
+    priority: priority("fetch")
     conda:
         CONDA_ENV
     params:

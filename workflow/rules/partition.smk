@@ -14,6 +14,7 @@ rule partition:
         logfile("partition", "partition"),
     benchmark:
         benchmarkfile("partition", "partition")
+    priority: priority("partition")
     conda:
         CONDA_ENV
     params:

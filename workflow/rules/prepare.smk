@@ -8,6 +8,7 @@ rule synthesize:
         logfile("synthesize", "raw"),
     benchmark:
         benchmarkfile("synthesize", "raw")
+    priority: priority("synthesize")
     conda:
         CONDA_ENV
     resources:
@@ -27,6 +28,7 @@ rule prepare:
         logfile("prepare", "data"),
     benchmark:
         benchmarkfile("prepare", "data")
+    priority: priority("prepare")
     conda:
         CONDA_ENV
     threads: W.prepare_workers

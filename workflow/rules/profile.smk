@@ -13,6 +13,7 @@ rule profile:
         logfile("profile", "profile"),
     benchmark:
         benchmarkfile("profile", "profile")
+    priority: priority("profile")
     conda:
         CONDA_ENV
     threads: 1

@@ -26,6 +26,7 @@ rule report:
         logfile("report"),
     benchmark:
         benchmarkfile("report")
+    priority: priority("report")
     conda:
         CONDA_ENV
     params:

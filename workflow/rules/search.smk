@@ -20,15 +20,18 @@ rule search:
         logfile("search", "search"),
     benchmark:
         benchmarkfile("search", "search")
+    priority: priority("search")
     conda:
         CONDA_ENV
     resources:
         **W.search_resources("search"),
     params:
         args=W.search_args,
+        memo=W.search_memo,
         launcher=W.with_gpus(),
     shell:
-        "{params.launcher} python -m naspipe search --run {input.run} {params.args} --out {output} > {log} 2>&1"
+        "{params.launcher} python -m naspipe search --run {input.run} {params.args} {params.memo} --out {output} "
+        "> {log} 2>&1"
 
 
 rule retrain:
@@ -41,15 +44,18 @@ rule retrain:
         logfile("retrain", "retrain"),
     benchmark:
         benchmarkfile("retrain", "retrain")
+    priority: priority("retrain")
     conda:
         CONDA_ENV
     resources:
         **W.search_resources("retrain"),
     params:
         args=W.retrain_args,
+        memo=W.retrain_memo,
         launcher=W.with_gpus(),
     shell:
-        "{params.launcher} python -m naspipe train {params.args} --subnet {input.search}/best.json --overwrite "
+        "{params.launcher} {params.memo} --key-json {input.search}/best.json:choices,space,train_seed --out {output} "
+        "-- python -m naspipe train {params.args} --subnet {input.search}/best.json --overwrite "
         "--out {output} > {log} 2>&1"
 
 
@@ -64,16 +70,19 @@ rule search_accuracy:
         logfile("search_accuracy", "accuracy"),
     benchmark:
         benchmarkfile("search_accuracy", "accuracy")
+    priority: priority("search_accuracy")
     conda:
         CONDA_ENV
     resources:
         **W.search_resources("search_accuracy"),
     params:
         args=W.eval_args,
+        memo=W.accuracy_memo,
         launcher=W.with_gpus(),
     shell:
-        "{params.launcher} python -m naspipe evaluate --run {input.run} --subnets {input.search}/best.json "
-        "{params.args} --out {output} > {log} 2>&1"
+        "{params.launcher} {params.memo} --key-file {input.run}/weights.sha256 --key-json "
+        "{input.search}/best.json:choices --out {output} -- python -m naspipe evaluate --run {input.run} "
+        "--subnets {input.search}/best.json {params.args} --out {output} > {log} 2>&1"
 
 
 rule curve:
@@ -86,6 +95,7 @@ rule curve:
         logfile("curve", "curve"),
     benchmark:
         benchmarkfile("curve", "curve")
+    priority: priority("curve")
     conda:
         CONDA_ENV
     resources:
@@ -108,6 +118,7 @@ rule retrain_random:
         logfile("retrain_random", "retrain_random"),
     benchmark:
         benchmarkfile("retrain_random", "retrain_random")
+    priority: priority("retrain_random")
     conda:
         CONDA_ENV
     resources:
@@ -130,6 +141,7 @@ rule random_accuracy:
         logfile("random_accuracy", "random_accuracy"),
     benchmark:
         benchmarkfile("random_accuracy", "random_accuracy")
+    priority: priority("random_accuracy")
     conda:
         CONDA_ENV
     resources:

@@ -14,6 +14,7 @@ rule simulate:
         logfile("simulate", "sim"),
     benchmark:
         benchmarkfile("simulate", "sim")
+    priority: priority("simulate")
     conda:
         CONDA_ENV
     threads: 1

@@ -19,6 +19,7 @@ rule train:
         logfile("train", "run"),
     benchmark:
         benchmarkfile("train", "run")
+    priority: priority("train")
     conda:
         CONDA_ENV
     threads: lambda wc: int(wc.stages)

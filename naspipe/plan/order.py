@@ -1,0 +1,41 @@
+"""Which ready job Snakemake starts first: a rule's ``priority``, longest remaining chain first.
+
+On a few cores the workflow's wall time is set by its longest chain of dependent jobs, not by
+its total work: per training run, train -> search -> retrain -> search accuracy runs one job
+after another, and the report waits for the last of them. Snakemake starts ready jobs in
+priority order, so a rule's priority is the length of the chain it heads (its own rank in the
+chain): the heads of long chains start first, and jobs nothing waits on (the simulations, the
+calibration, the ablation runs) fill the cores while a chain's tail runs. Without it
+Snakemake started the sixty short simulations first and left the search chains for the end
+(docs/workflow.md, "Job order").
+"""
+
+from __future__ import annotations
+
+# rule -> jobs still to run after it on its longest chain to the report (higher: started first)
+PRIORITY: dict[str, int] = {
+    "fetch": 9,
+    "synthesize": 8,
+    "prepare": 7,
+    "profile": 6,
+    "partition": 5,
+    "train": 4,
+    "search": 3,
+    "retrain": 2,
+    "retrain_random": 2,
+    "search_accuracy": 1,
+    "random_accuracy": 1,
+    "curve": 1,
+    "compare": 1,
+    "ablation": 0,
+    "simulate": 0,
+    "calibrate": 0,
+    "attribute": 0,
+    "bubble_models": 0,
+    "report": 0,
+}
+
+
+def priority(rule: str) -> int:
+    """The rule's Snakemake ``priority`` (a rule missing from the table is an error, not a silent 0)."""
+    return PRIORITY[rule]
