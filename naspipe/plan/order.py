@@ -5,7 +5,7 @@ its total work: per training run, train -> search -> retrain -> search accuracy 
 after another, and the report waits for the last of them. Snakemake starts ready jobs in
 priority order, so a rule's priority is the length of the chain it heads (its own rank in the
 chain): the heads of long chains start first, and jobs nothing waits on (the simulations, the
-calibration, the ablation runs) fill the cores while a chain's tail runs. Without it
+calibration, the ablation runs) fill the cores while a chain's tail runs, longest first. Without it
 Snakemake started the sixty short simulations first and left the search chains for the end
 (docs/workflow.md, "Job order").
 """
@@ -27,11 +27,13 @@ PRIORITY: dict[str, int] = {
     "random_accuracy": 1,
     "curve": 1,
     "compare": 1,
-    "ablation": 0,
+    # nothing waits on these but the report: the long ones (a D = 4 training run, a ~13 CPU s fit) before
+    # the ~3 CPU s simulations, so the last job to start is a short one
+    "ablation": 1,
+    "calibrate": 1,
+    "attribute": 1,
+    "bubble_models": 1,
     "simulate": 0,
-    "calibrate": 0,
-    "attribute": 0,
-    "bubble_models": 0,
     "report": 0,
 }
 

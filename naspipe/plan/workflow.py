@@ -354,6 +354,10 @@ class Workflow:
             runtime=lambda w: plan_resources.train_minutes(c, rule, estimate_of(w)),
         )
 
+    def train_threads(self, rule: str) -> Any:
+        """A training rule's ``threads``: the cores its stage processes keep busy (plan_resources.local_threads)."""
+        return lambda w: plan_resources.local_threads(self.config, int(w.stages), self.fitted(rule, w).estimate)
+
     def search_resources(self, rule: str) -> dict[str, Any]:
         """A search-phase rule's resources: one GPU, its threads, the supernet on the host, predicted time."""
         c = self.config

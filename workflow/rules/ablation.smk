@@ -20,7 +20,7 @@ rule ablation:
         variant="|".join(ablation_variants()),
     conda:
         CONDA_ENV
-    threads: lambda wc: int(wc.stages)
+    threads: W.train_threads("ablation")
     resources:
         **W.train_resources("ablation"),
     params:
