@@ -12,6 +12,9 @@ Snakemake started the sixty short simulations first and left the search chains f
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
+
 # rule -> jobs still to run after it on its longest chain to the report (higher: started first)
 PRIORITY: dict[str, int] = {
     "fetch": 9,
@@ -41,3 +44,14 @@ PRIORITY: dict[str, int] = {
 def priority(rule: str) -> int:
     """The rule's Snakemake ``priority`` (a rule missing from the table is an error, not a silent 0)."""
     return PRIORITY[rule]
+
+
+def job_times_prefix(environ: Mapping[str, str]) -> str:
+    """With ``NASPIPE_JOB_TIMES=FILE``: GNU time before every job's command, appending its wall, user and
+    system seconds and the command to FILE (benchmarks/workflow_makespan.py models the run from them).
+
+    Snakemake's own ``benchmark:`` files sample a job's CPU every 30 s after its first 30 and miss what
+    it spends after the last sample: on a loaded machine most training and search jobs run that long.
+    """
+    file = environ.get("NASPIPE_JOB_TIMES", "")
+    return f"/usr/bin/time -a -o {shlex.quote(file)} -f '%e %U %S %C' " if file else ""
