@@ -13,7 +13,11 @@ Snakemake started the sixty short simulations first and left the search chains f
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from naspipe import systems
+from naspipe.plan.jobs import REFERENCE_SYSTEM
 
 # rule -> jobs still to run after it on its longest chain to the report (higher: started first)
 PRIORITY: dict[str, int] = {
@@ -41,9 +45,33 @@ PRIORITY: dict[str, int] = {
 }
 
 
-def priority(rule: str) -> int:
-    """The rule's Snakemake ``priority`` (a rule missing from the table is an error, not a silent 0)."""
-    return PRIORITY[rule]
+# the search-phase rules whose results are keyed by content (naspipe.plan.memo)
+KEYED = ("search", "retrain", "search_accuracy")
+
+
+def priority(rule: str) -> int | Callable[[Any], float]:
+    """The rule's Snakemake ``priority`` (a rule missing from the table is an error, not a silent 0).
+
+    Within a keyed rule, the reference run's job goes first and the jobs expected to copy its result
+    last (see ``share_offset``), so a copy rarely waits on its key's lock with a core idle.
+    """
+    level = PRIORITY[rule]
+    if rule == "train":  # the reference's training first: its search heads the random-subnet retrains too
+        return lambda w: level + max(0.0, share_offset(str(w.system), int(w.stages)))
+    if rule not in KEYED:
+        return level
+    return lambda w: level + share_offset(str(w.system), int(w.stages))
+
+
+def share_offset(system: str, stages: int) -> float:
+    """+0.5 for the reference (sequential, one stage); -0.5 for runs expected to end with its weights
+    bit for bit (a causal system such as csp at any stage count, any system at one stage); else 0.
+
+    Only an order: a run that does not reproduce the reference computes its own key, a little later.
+    """
+    if system == REFERENCE_SYSTEM and stages == 1:
+        return 0.5
+    return -0.5 if stages == 1 or systems.get(system).causal else 0.0
 
 
 def job_times_prefix(environ: Mapping[str, str]) -> str:
