@@ -15,9 +15,9 @@ rule ablation:
         logfile("ablation", "ablation"),
     benchmark:
         benchmarkfile("ablation", "ablation")
-    priority: priority("ablation")
     wildcard_constraints:
         variant="|".join(ablation_variants()),
+    priority: priority("ablation")
     conda:
         CONDA_ENV
     threads: W.train_threads("ablation")
