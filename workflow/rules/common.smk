@@ -20,7 +20,7 @@ from naspipe.plan.workflow import (
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)
 shell.prefix(
-    "set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; " + job_times_prefix(os.environ)
+    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {job_times_prefix(os.environ)}"
 )
 CONDA_ENV = "../envs/naspipe.yaml"
 
