@@ -1,7 +1,7 @@
 """Where a workflow run's time goes, and the wall time it needs on C quiet cores (issue 21).
 
     NASPIPE_JOB_TIMES=/abs/times.txt snakemake --cores 2 --configfile config/config.yaml
-    python benchmarks/workflow_makespan.py /abs/times.txt [--cores 2]
+    python benchmarks/workflow_makespan.py /abs/times.txt [--cores 2] [--benchmarks results/benchmarks]
 
 Each line of the times file is one job (GNU time: wall, user and system seconds, the command); the
 job is named by its output (the command's last ``--out``, or ``--spec-out``). Printed: CPU seconds
@@ -11,6 +11,11 @@ jobs that must run one after another: dataset -> profile -> partition -> train -
 retrain -> search accuracy, then the report), each job at its measured CPU seconds. CPU seconds
 barely change with the machine's load (wall seconds do), so a loaded machine's run still models
 a quiet one; start-up of the workflow itself (DAG building, ~10 s) comes on top.
+
+GNU time misses the stage processes of a multi-stage training run (they are children of
+multiprocessing's fork server, which nobody waits for), and Snakemake's ``benchmark:`` files
+(``--benchmarks``) sample the process tree, every 30 s after a job's first 30, and miss what a
+job spends after the last sample. Each job counts the larger of the two: a lower bound.
 """
 
 from __future__ import annotations
@@ -46,6 +51,19 @@ def parse(path: Path) -> list[tuple[str, str, float, float]]:
     return jobs
 
 
+def benchmark_cpu(root: Path, rule: str, out: str) -> float:
+    """The ``cpu_time`` of a job's Snakemake benchmark file (0 when there is none)."""
+    tail = re.sub(r"^results/[^/]+/?", "", out.rstrip("/"))
+    tail = re.sub(r"(\.accuracy)?\.(csv|json|yaml)$", "", tail)
+    candidates = [root / rule / f"{tail}.tsv"] if tail else []
+    for candidate in [*candidates, root / f"{rule}.tsv"]:  # a rule without wildcards: RULE.tsv
+        if candidate.is_file():
+            lines = candidate.read_text().splitlines()
+            header, last = lines[0].split("\t"), lines[-1].split("\t")
+            return float(last[header.index("cpu_time")])
+    return 0.0
+
+
 def chains(jobs: list[tuple[str, str, float, float]]) -> dict[str, float]:
     """CPU seconds of each training run's chain (its space's data, profile, partition included)."""
     cpu = {out.rstrip("/"): c for _, out, _, c in jobs}
@@ -73,8 +91,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("times", type=Path)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--benchmarks", type=Path, help="the run's results/benchmarks (Snakemake benchmark files)")
     args = parser.parse_args()
     jobs = parse(args.times)
+    if args.benchmarks is not None:
+        jobs = [(r, o, w, max(c, benchmark_cpu(args.benchmarks, r, o))) for r, o, w, c in jobs]
     per_rule: dict[str, list[float]] = defaultdict(list)
     for rule, _, _, c in jobs:
         per_rule[rule].append(c)
