@@ -76,6 +76,22 @@ def test_search_is_bitwise_reproducible_and_stage_count_free_only_under_csp(runs
     assert len(rows) == 1 + 8 and len({r.split('"')[1] for r in rows[1:]}) == 8  # 8 distinct candidates
 
 
+def test_a_memoised_search_is_the_search_of_equal_weights_and_names_its_own_run(runs, tmp_path):
+    memo = ["--memo", str(tmp_path / "memo")]
+    first = search(runs["csp1"], tmp_path / "first", *memo)
+    copied = search(runs["csp4"], tmp_path / "copied", *memo)  # bitwise equal weights: copied, not searched
+    computed = search(runs["csp4"], tmp_path / "computed")
+    for name in ("candidates.csv", "best.json", "convergence.png", "random-0.json"):
+        if (computed / name).exists():
+            assert (copied / name).read_bytes() == (computed / name).read_bytes(), name
+    best_copied = json.loads((copied / "best.json").read_text())
+    assert (best_copied["run"], best_copied["stages"]) == (str(runs["csp4"]), 4)
+    assert json.loads((first / "best.json").read_text())["stages"] == 1
+    other = search(runs["gpipe2"], tmp_path / "other", *memo)  # other weights: searched
+    assert (other / "candidates.csv").read_bytes() != (first / "candidates.csv").read_bytes()
+    assert len(list((tmp_path / "memo").glob("*.lock"))) == 2
+
+
 def test_evaluate_is_bitwise_reproducible_and_scores_the_checkpoints_over_time(runs, tmp_path):
     first, second = tmp_path / "a.csv", tmp_path / "b.csv"
     for out, run in ((first, runs["csp1"]), (second, runs["csp4"])):

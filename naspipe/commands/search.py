@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UsageError
 from naspipe.search.options import add_eval_options, check_eval_options, eval_device
 from naspipe.subnet import Subnet
+
+if TYPE_CHECKING:
+    from naspipe.search.evolution import SearchSettings
+    from naspipe.search.supernet import TrainedSupernet
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -36,15 +41,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                    help="also write random-0.json .. random-(K-1).json: K distinct uniformly drawn subnets (seeded by "
                    "--seed, as 'naspipe evaluate --sample K') to retrain beside the winner as its baseline")
     p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--memo", type=Path, metavar="DIR",
+                   help="search once per content (the weights' digests, the space, these options): a search of "
+                   "bitwise equal weights stored in DIR is copied, with this run's name (naspipe.plan.memo)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from naspipe.search.evaluate import EvalSettings, Evaluator, default_metric, higher_is_better, metric_names
-    from naspipe.search.evolution import SearchSettings, run_search
-    from naspipe.search.options import sample_subnets
-    from naspipe.search.outputs import check_out_dir, write_search
-    from naspipe.search.supernet import open_supernet
+    from naspipe.plan import memo
+    from naspipe.search.evolution import SearchSettings
+    from naspipe.search.outputs import check_out_dir, write_reused
+    from naspipe.search.supernet import open_supernet, search_key
 
     settings = SearchSettings(args.method, args.seed, args.population, args.generations, args.mutation_prob,
                               args.crossover, args.parents).checked()
@@ -53,6 +60,33 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--random-subnets {args.random_subnets} must be >= 0")
     check_out_dir(args.out)
     supernet = open_supernet(args.run)
+    if args.memo is None:
+        _search(args, settings, supernet)
+        return 0
+    options = {k: v for k, v in sorted(vars(args).items()) if k not in ("run", "out", "memo")}
+    key = memo.key_of({"command": "search", "options": options, **search_key(supernet)})
+    with memo.claimed(args.memo, key) as entry:
+        if entry is not None:
+            write_reused(args.out, memo.stored(entry), _provenance(args, supernet))
+            return 0
+        _search(args, settings, supernet)
+        memo.put(args.memo, key, args.out)
+    return 0
+
+
+def _provenance(args: argparse.Namespace, supernet: TrainedSupernet) -> dict[str, Any]:
+    """The fields of best.json naming the run searched (all else is a function of the key)."""
+    return {"run": str(args.run), "system": supernet.config.system, "stages": supernet.config.stages,
+            "train_seed": supernet.config.seed, "step": supernet.step}
+
+
+def _search(args: argparse.Namespace, settings: SearchSettings, supernet: TrainedSupernet) -> None:
+    """Search the supernet and write --out."""
+    from naspipe.search.evaluate import EvalSettings, Evaluator, default_metric, higher_is_better, metric_names
+    from naspipe.search.evolution import run_search
+    from naspipe.search.options import sample_subnets
+    from naspipe.search.outputs import write_search
+
     names = metric_names(supernet.space)
     metric = args.metric or default_metric(supernet.space)
     if metric not in names:
@@ -67,9 +101,7 @@ def run(args: argparse.Namespace) -> int:
         return sign * scored[-1][metric]
 
     candidates = run_search(settings, supernet.space.structure.choices_per_block, score)
-    summary = {"metric": metric, "method": settings.method, "seed": settings.seed, "run": str(args.run),
-               "step": supernet.step, "evaluations": len(candidates), "space": supernet.space.name,
-               "system": supernet.config.system, "stages": supernet.config.stages, "train_seed": supernet.config.seed}
+    summary = {"metric": metric, "method": settings.method, "seed": settings.seed, "evaluations": len(candidates),
+               "space": supernet.space.name, **_provenance(args, supernet)}
     randoms = sample_subnets(supernet.space.structure.choices_per_block, args.random_subnets, args.seed)
     write_search(args.out, candidates, dict(enumerate(scored)), names, summary, randoms)
-    return 0

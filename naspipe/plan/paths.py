@@ -47,6 +47,21 @@ def logfile(rule: str, kind: str = "") -> str:
     return f"{RESULTS}/logs/{rule}{tail}.log"
 
 
+def benchmarkfile(rule: str, kind: str = "") -> str:
+    """A job's Snakemake benchmark (wall s, cpu_time, max RSS): ``results/benchmarks/RULE/<wildcards>.tsv``.
+
+    Kept for every job so the makespan can be modelled from a run's own numbers (docs/workflow.md):
+    total CPU seconds over the cores against the critical path, without a second, quiet run.
+    """
+    tail = f"/{PATTERNS[kind][1]}" if kind else ""
+    return f"{RESULTS}/benchmarks/{rule}{tail}.tsv"
+
+
+def memo_store(kind: str) -> str:
+    """Where the search phase's ``kind`` results are kept by content (naspipe.plan.memo), beside the outputs."""
+    return f"{RESULTS}/{PATTERNS[kind][0]}/.memo"
+
+
 def results(name: str = "") -> str:
     """A file or directory directly under results/ (``report.md``), or results/ itself."""
     return f"{RESULTS}/{name}" if name else RESULTS

@@ -303,6 +303,21 @@ class Workflow:
         steps = search_settings(c, w.space)["retrain_steps"]
         return f"--space {w.space} --system csp --stages 1 --steps {steps} --seed {w.seed} {set_args(sets)}"
 
+    def search_memo(self, w: Wildcards) -> str:
+        """``--memo`` of a search: bitwise equal weights (sequential, csp at every D) are searched once."""
+        return f"--memo {paths.memo_store('search')}"
+
+    def retrain_memo(self, w: Wildcards) -> str:
+        """``naspipe memo`` before a retrain: one retrain per (winner's choices, retrain options), copied to the
+        other runs whose search found the same winner (naspipe.plan.memo)."""
+        key = shlex.quote(f"args={self.retrain_args(w)}")
+        return f"python -m naspipe memo --store {paths.memo_store('retrain')} --key {key}"
+
+    def accuracy_memo(self, w: Wildcards) -> str:
+        """``naspipe memo`` before a search accuracy: one score per (retrained weights, subnet, options)."""
+        key = shlex.quote(f"args={self.eval_args(w)}")
+        return f"python -m naspipe memo --store {paths.memo_store('accuracy')} --key {key}"
+
     def curve_args(self, w: Wildcards) -> str:
         s = search_settings(self.config, w.space)
         return f"--sample {s['curve_subnets']} --seed {s['seed']} {self.eval_args(w)}"
@@ -338,6 +353,10 @@ class Workflow:
             mem_mb=lambda w: plan_resources.train_mem_mb(c, rule, int(w.stages), estimate_of(w)),
             runtime=lambda w: plan_resources.train_minutes(c, rule, estimate_of(w)),
         )
+
+    def train_threads(self, rule: str) -> Any:
+        """A training rule's ``threads``: the cores its stage processes keep busy (plan_resources.local_threads)."""
+        return lambda w: plan_resources.local_threads(self.config, int(w.stages), self.fitted(rule, w).estimate)
 
     def search_resources(self, rule: str) -> dict[str, Any]:
         """A search-phase rule's resources: one GPU, its threads, the supernet on the host, predicted time."""

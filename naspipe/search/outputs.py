@@ -7,6 +7,7 @@ search; an existing directory is replaced only when it holds a previous search's
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -57,6 +58,20 @@ def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, 
         for k, subnet in enumerate(randoms):
             atomic_write_json(tmp / f"random-{k}.json", subnet_json(subnet, random_index=k))
         atomic_write_bytes(tmp / PLOT, convergence_png(candidates, str(summary.get("metric", "score"))))
+        _swap(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_reused(out: Path, stored: Path, provenance: dict[str, Any]) -> None:
+    """Write to ``out`` a copy of a stored search of the same content, its best.json naming this run."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_dir_beside(out, ".tmp")
+    try:
+        shutil.copytree(stored, tmp, dirs_exist_ok=True)
+        best_json = json.loads((tmp / BEST).read_text(encoding="utf-8"))
+        atomic_write_json(tmp / BEST, {**best_json, **provenance})
         _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

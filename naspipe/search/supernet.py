@@ -89,3 +89,22 @@ def run_wall_s(run: Path) -> float | None:
         return None
     value = metrics.get("wall_s")
     return float(value) if isinstance(value, (int, float)) else None
+
+
+# run settings that place work (stages, partitions, in-flight limits, the device cache) or name the run:
+# training results do not depend on them beyond the weights, and scoring reads only the weights and the space
+LAYOUT_KEYS = frozenset({"system", "stages", "partition_file", "partition_mode", "partition_costs", "cache",
+                         "max_inflight", "bulk_size", "progress", "timeout_s", "trace_max_events"})
+
+
+def search_key(supernet: TrainedSupernet) -> dict[str, Any]:
+    """What a search or score of this supernet reads: its layers' digests, its step and the other settings.
+
+    Bitwise equal weights (sequential and csp at any stage count) give equal parts; the per-stage files
+    of the checkpoint (which layers a stage held) do not count.
+    """
+    manifest = ckpt.read_manifest(supernet.checkpoint)
+    layers = {name: digest for name, digest in manifest["files"].items() if name.startswith("layer-")}
+    config = {k: v for k, v in manifest["config"].items() if k not in LAYOUT_KEYS}
+    return {"layers": layers, "step": supernet.step, "config": config}
+

@@ -13,11 +13,14 @@ rule ablation:
         directory(path("ablation")),
     log:
         logfile("ablation", "ablation"),
+    benchmark:
+        benchmarkfile("ablation", "ablation")
     wildcard_constraints:
         variant="|".join(ablation_variants()),
+    priority: priority("ablation")
     conda:
         CONDA_ENV
-    threads: lambda wc: int(wc.stages)
+    threads: W.train_threads("ablation")
     resources:
         **W.train_resources("ablation"),
     params:

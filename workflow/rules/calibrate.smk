@@ -19,6 +19,9 @@ rule calibrate:
         table=path("table", name="calibration"),
     log:
         logfile("calibrate"),
+    benchmark:
+        benchmarkfile("calibrate")
+    priority: priority("calibrate")
     conda:
         CONDA_ENV
     threads: 1
@@ -34,6 +37,9 @@ rule attribute:
         accounting=path("table", name="accounting"),
     log:
         logfile("attribute"),
+    benchmark:
+        benchmarkfile("attribute")
+    priority: priority("attribute")
     conda:
         CONDA_ENV
     threads: 1
@@ -49,6 +55,9 @@ rule bubble_models:
         path("table", name="bubble_models"),
     log:
         logfile("bubble_models"),
+    benchmark:
+        benchmarkfile("bubble_models")
+    priority: priority("bubble_models")
     conda:
         CONDA_ENV
     threads: 1

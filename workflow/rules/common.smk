@@ -4,7 +4,10 @@
 their commands and resources; naspipe.plan.paths says where every output and log lives.
 """
 
-from naspipe.plan.paths import logfile, path
+import os
+
+from naspipe.plan.order import job_times_prefix, priority
+from naspipe.plan.paths import benchmarkfile, logfile, path
 from naspipe.plan.workflow import (
     ablation_variants,
     calibration_outputs,
@@ -16,7 +19,9 @@ from naspipe.plan.workflow import (
 
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)
-shell.prefix("set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; ")
+shell.prefix(
+    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {job_times_prefix(os.environ)}"
+)
 CONDA_ENV = "../envs/naspipe.yaml"
 
 SPACES = sorted(config["spaces"])

@@ -9,6 +9,9 @@ rule compare:
         path("reproducibility"),
     log:
         logfile("compare", "reproducibility"),
+    benchmark:
+        benchmarkfile("compare", "reproducibility")
+    priority: priority("compare")
     conda:
         CONDA_ENV
     shell:

@@ -30,6 +30,9 @@ rule fetch:
         stamp_path("{dataset}"),
     log:
         logfile("fetch", "data"),
+    benchmark:
+        benchmarkfile("fetch", "data")
+    priority: priority("fetch")
     conda:
         CONDA_ENV
     params:

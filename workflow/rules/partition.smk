@@ -12,6 +12,9 @@ rule partition:
         path("partition"),
     log:
         logfile("partition", "partition"),
+    benchmark:
+        benchmarkfile("partition", "partition")
+    priority: priority("partition")
     conda:
         CONDA_ENV
     params:

@@ -6,6 +6,9 @@ rule synthesize:
         temp(directory(path("raw"))),
     log:
         logfile("synthesize", "raw"),
+    benchmark:
+        benchmarkfile("synthesize", "raw")
+    priority: priority("synthesize")
     conda:
         CONDA_ENV
     resources:
@@ -23,6 +26,9 @@ rule prepare:
         directory(path("data")),
     log:
         logfile("prepare", "data"),
+    benchmark:
+        benchmarkfile("prepare", "data")
+    priority: priority("prepare")
     conda:
         CONDA_ENV
     threads: W.prepare_workers

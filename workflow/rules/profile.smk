@@ -11,6 +11,9 @@ rule profile:
         table=path("profile_table"),
     log:
         logfile("profile", "profile"),
+    benchmark:
+        benchmarkfile("profile", "profile")
+    priority: priority("profile")
     conda:
         CONDA_ENV
     threads: 1

@@ -24,6 +24,9 @@ rule report:
         REPORT_OUTPUTS,
     log:
         logfile("report"),
+    benchmark:
+        benchmarkfile("report")
+    priority: priority("report")
     conda:
         CONDA_ENV
     params:

@@ -18,15 +18,20 @@ rule search:
         directory(path("search")),
     log:
         logfile("search", "search"),
+    benchmark:
+        benchmarkfile("search", "search")
+    priority: priority("search")
     conda:
         CONDA_ENV
     resources:
         **W.search_resources("search"),
     params:
         args=W.search_args,
+        memo=W.search_memo,
         launcher=W.with_gpus(),
     shell:
-        "{params.launcher} python -m naspipe search --run {input.run} {params.args} --out {output} > {log} 2>&1"
+        "{params.launcher} python -m naspipe search --run {input.run} {params.args} {params.memo} --out {output} "
+        "> {log} 2>&1"
 
 
 rule retrain:
@@ -37,15 +42,20 @@ rule retrain:
         directory(path("retrain")),
     log:
         logfile("retrain", "retrain"),
+    benchmark:
+        benchmarkfile("retrain", "retrain")
+    priority: priority("retrain")
     conda:
         CONDA_ENV
     resources:
         **W.search_resources("retrain"),
     params:
         args=W.retrain_args,
+        memo=W.retrain_memo,
         launcher=W.with_gpus(),
     shell:
-        "{params.launcher} python -m naspipe train {params.args} --subnet {input.search}/best.json --overwrite "
+        "{params.launcher} {params.memo} --key-json {input.search}/best.json:choices,space,train_seed --out {output} "
+        "-- python -m naspipe train {params.args} --subnet {input.search}/best.json --overwrite "
         "--out {output} > {log} 2>&1"
 
 
@@ -58,16 +68,21 @@ rule search_accuracy:
         path("accuracy"),
     log:
         logfile("search_accuracy", "accuracy"),
+    benchmark:
+        benchmarkfile("search_accuracy", "accuracy")
+    priority: priority("search_accuracy")
     conda:
         CONDA_ENV
     resources:
         **W.search_resources("search_accuracy"),
     params:
         args=W.eval_args,
+        memo=W.accuracy_memo,
         launcher=W.with_gpus(),
     shell:
-        "{params.launcher} python -m naspipe evaluate --run {input.run} --subnets {input.search}/best.json "
-        "{params.args} --out {output} > {log} 2>&1"
+        "{params.launcher} {params.memo} --key-file {input.run}/weights.sha256 --key-json "
+        "{input.search}/best.json:choices --out {output} -- python -m naspipe evaluate --run {input.run} "
+        "--subnets {input.search}/best.json {params.args} --out {output} > {log} 2>&1"
 
 
 rule curve:
@@ -78,6 +93,9 @@ rule curve:
         path("curve"),
     log:
         logfile("curve", "curve"),
+    benchmark:
+        benchmarkfile("curve", "curve")
+    priority: priority("curve")
     conda:
         CONDA_ENV
     resources:
@@ -98,6 +116,9 @@ rule retrain_random:
         directory(path("retrain_random")),
     log:
         logfile("retrain_random", "retrain_random"),
+    benchmark:
+        benchmarkfile("retrain_random", "retrain_random")
+    priority: priority("retrain_random")
     conda:
         CONDA_ENV
     resources:
@@ -118,6 +139,9 @@ rule random_accuracy:
         path("random_accuracy"),
     log:
         logfile("random_accuracy", "random_accuracy"),
+    benchmark:
+        benchmarkfile("random_accuracy", "random_accuracy")
+    priority: priority("random_accuracy")
     conda:
         CONDA_ENV
     resources:

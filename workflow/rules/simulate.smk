@@ -12,6 +12,9 @@ rule simulate:
         directory(path("sim")),
     log:
         logfile("simulate", "sim"),
+    benchmark:
+        benchmarkfile("simulate", "sim")
+    priority: priority("simulate")
     conda:
         CONDA_ENV
     threads: 1

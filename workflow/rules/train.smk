@@ -2,8 +2,9 @@
 
 A cuda job declares `gpu=D` (Snakemake caps the total with `--resources gpu=N`) and claims D free
 devices itself (`naspipe with-gpus`), so two concurrent jobs never share a GPU. A cpu job declares
-D threads so `--cores` bounds it; its stage processes use `threads_per_stage` threads each
-(fixed, because results depend on it). A cuda job with more stages than `gpus_per_node` runs
+the cores its D stage processes keep busy (about one for the tiny spaces: they take turns; see
+naspipe.plan.resources.local_threads) so `--cores` bounds it; its stage processes use
+`threads_per_stage` threads each (fixed, because results depend on it). A cuda job with more stages than `gpus_per_node` runs
 under `srun`, one task per stage over several nodes, only under SLURM (docs/cluster.md).
 Resources and time limits come from naspipe.plan (the simulator's prediction x a safety factor).
 """
@@ -17,9 +18,12 @@ rule train:
         directory(path("run")),
     log:
         logfile("train", "run"),
+    benchmark:
+        benchmarkfile("train", "run")
+    priority: priority("train")
     conda:
         CONDA_ENV
-    threads: lambda wc: int(wc.stages)
+    threads: W.train_threads("train")
     resources:
         **W.train_resources("train"),
     params:
