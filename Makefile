@@ -23,14 +23,8 @@ install: $(STAMP)
 # system at 1, 2 and 4 stages on CPU) -> results/ (tables, figures, report.md), then the HTML report.
 # The workflow's jobs call `python -m naspipe` (installed in the venv with its workflow and report extras),
 # so the venv's bin/ goes first on PATH.
-# Job slots: half again the machine's cores. The default run's jobs keep a core busy about 60-85% of
-# their wall time (stage processes waiting on each other, start-up, checkpoint writes: per-job
-# cpu_time/s in results/benchmarks/), so two jobs on two cores left a third of the machine idle
-# (115% CPU); a third job fills it (docs/workflow.md, "Using the cores"). ARTIFACT_CORES=N overrides.
-ARTIFACT_CORES ?= $(shell $(PYTHON) -c 'import os; print(max(1, (len(os.sched_getaffinity(0)) * 3) // 2))')
-
 artifact: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores $(ARTIFACT_CORES) --configfile config/config.yaml
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores all --configfile config/config.yaml
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores 1 --configfile config/config.yaml \
 		--report results/report.html
 
