@@ -51,3 +51,33 @@ def test_probe_sees_torch(tmp_path: Path) -> None:
     """The check above can fail: a command run after torch was imported reports it."""
     argv = ["partition", "--space", "toy", "--stages", "2", "--out", str(tmp_path / "p.json")]
     assert loaded_after(argv, before="import torch") == ["torch"]
+
+
+def _python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_deterministic_algorithms_without_dynamo() -> None:
+    """make_deterministic sets torch's deterministic switch (not warn-only) and loads no torch._dynamo."""
+    out = _python("import sys, torch\nfrom naspipe.determinism import make_deterministic\n"
+                  "assert not torch.are_deterministic_algorithms_enabled()\n"
+                  "make_deterministic(1, torch.device('cpu'))\n"
+                  "print(torch.are_deterministic_algorithms_enabled(),"
+                  " torch.is_deterministic_algorithms_warn_only_enabled(), 'torch._dynamo' in sys.modules)")
+    assert out == "True False False"
+
+
+def test_deterministic_algorithms_set_inductor_when_loaded() -> None:
+    """Where inductor is loaded anyway, its flag is set as torch.use_deterministic_algorithms sets it."""
+    out = _python("import torch, torch._inductor.config as c\nfrom naspipe.determinism import make_deterministic\n"
+                  "c.deterministic = False\nmake_deterministic(1, torch.device('cpu'))\n"
+                  "print(c.deterministic, torch.are_deterministic_algorithms_enabled())")
+    assert out == "True True"
+
+
+def test_batches_load_no_metric_or_tokenizer_packages() -> None:
+    """A training job reads batches through naspipe.data without sacrebleu, sentencepiece or Pillow."""
+    out = _python("import sys\nfrom naspipe.data.batches import TranslationBatches\nimport naspipe.data\n"
+                  "naspipe.data.DataError\nprint(*sorted(m for m in ('sacrebleu', 'sentencepiece', 'PIL')"
+                  " if m in sys.modules))")
+    assert out == ""

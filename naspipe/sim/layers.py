@@ -17,7 +17,6 @@ import math
 from typing import TYPE_CHECKING
 
 from naspipe.sim.costs import FLOAT_BYTES, LayerInfo
-
 from naspipe.space.cv_shape import CvShape
 from naspipe.space.nlp_shape import NlpShape
 

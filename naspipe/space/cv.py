@@ -37,8 +37,8 @@ from torch import nn
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
-from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.cv_shape import IMAGE_OPS, CvShape
+from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.ops.vision import make_image_op
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

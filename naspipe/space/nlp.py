@@ -45,8 +45,8 @@ from torch import nn
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
-from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.nlp_shape import BOS, EOS, FIRST_WORD, PAD, UNK, NlpShape
+from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
 from naspipe.space.ops.seq import SEQ_OPS, CrossAttention, make_seq_op
 
 

@@ -34,7 +34,7 @@ class TensorSizes(NamedTuple):
     params: int
     bytes: int
 
-    def __add__(self, other: object) -> TensorSizes:  # type: ignore[override]
+    def __add__(self, other: object) -> TensorSizes:
         if not isinstance(other, TensorSizes):
             return NotImplemented
         return TensorSizes(self.params + other.params, self.bytes + other.bytes)

@@ -22,7 +22,6 @@ from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, Sta
 from naspipe.space.toy_shape import TOY_OPS, ToyShape
 
 
-
 class Embedding(SpaceLayer):
     def __init__(self, vocab: int, dim: int, seq_len: int) -> None:
         super().__init__()

@@ -23,6 +23,7 @@ from naspipe.space.base import LayerContext
 from naspipe.space.ops.common import BatchNorm
 from naspipe.space.ops.vision_sizes import IMAGE_OPS, image_op_macs, image_op_sizes
 
+
 class ReLUConvBN(nn.Module):
     def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, bn_momentum: float) -> None:
         super().__init__()
