@@ -47,6 +47,12 @@ def test_partition_imports_no_torch(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "p.json").read_text())["stages"] == 3
 
 
+def test_plan_imports_no_torch() -> None:
+    """The default workflow's cost (it simulates every training job's memory) without torch."""
+    config = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+    assert loaded_after(["plan", "--configfile", str(config)]) == []
+
+
 def test_probe_sees_torch(tmp_path: Path) -> None:
     """The check above can fail: a command run after torch was imported reports it."""
     argv = ["partition", "--space", "toy", "--stages", "2", "--out", str(tmp_path / "p.json")]
