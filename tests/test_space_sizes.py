@@ -48,6 +48,22 @@ def test_analytic_sizes_equal_the_meta_build(name: str, options: dict[str, Any])
     assert shape.structure == space.structure
 
 
+def test_a_registered_torch_space_is_built_as_itself() -> None:
+    """make_space builds a registered subclass of a preset's space, not the preset's class; its shape too."""
+    from naspipe.space import PRESETS, register_preset
+    from naspipe.space.toy import ToySpace
+
+    class WiderToy(ToySpace):
+        pass
+
+    register_preset("test.wider-toy", WiderToy, {"dim": 48, "heads": 6})
+    try:
+        assert type(make_space("test.wider-toy")) is WiderToy
+        assert make_shape("test.wider-toy").layer_tensors(0) == make_space("toy", {"dim": 48}).layer_tensors(0)
+    finally:
+        del PRESETS["test.wider-toy"]
+
+
 def test_every_preset_is_covered() -> None:
     assert {name for name, _ in VARIANTS} == set(space_names())
 

@@ -76,6 +76,11 @@ class SearchSpace(SpaceShape):
     family's shape class comes first in its bases, so its analytic sizes win over :meth:`tensor_sizes` here.
     """
 
+    @classmethod
+    def space_class(cls) -> type[SearchSpace]:
+        """A torch space is its own (a subclass of a preset's space registered under a name stays itself)."""
+        return cls
+
     @abstractmethod
     def make_layer(self, layer: int) -> SpaceLayer:
         """Construct layer ``layer`` with torch's default init; :meth:`build_layer` seeds it."""

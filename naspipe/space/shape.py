@@ -69,9 +69,9 @@ class SpaceShape(ABC):
     """A supernet family's options and what follows from them. Subclasses set ``defaults``.
 
     ``options`` override ``defaults`` key by key; unknown keys are an error naming the key,
-    so a typo in ``--set space.dim=64`` never silently does nothing. ``space_class`` names
-    (``module:Class``) the torch space built from the same options; empty for a torch space
-    registered directly, which is its own shape.
+    so a typo in ``--set space.dim=64`` never silently does nothing. ``space_class_name``
+    names (``module:Class``) the torch space built from the same options; a torch space
+    (a subclass of :class:`naspipe.space.base.SearchSpace`) is its own.
     """
 
     defaults: ClassVar[Mapping[str, Any]] = {}
@@ -90,9 +90,9 @@ class SpaceShape(ABC):
 
     @classmethod
     def space_class(cls) -> type[SearchSpace]:
-        """The torch space of this shape (imports torch): the class itself when it is one."""
+        """The torch space of this shape (imports torch); a torch space answers itself."""
         if not cls.space_class_name:
-            return cast("type[SearchSpace]", cls)
+            raise TypeError(f"{cls.__name__} names no torch space (space_class_name)")
         module, _, name = cls.space_class_name.partition(":")
         return cast("type[SearchSpace]", getattr(importlib.import_module(module), name))
 
