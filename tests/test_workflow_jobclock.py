@@ -46,5 +46,16 @@ def test_a_usage_error_names_the_form() -> None:
     assert done.returncode == 2 and done.stderr.startswith("usage: python -m naspipe.plan.jobclock FILE SESSION --")
 
 
-def test_the_workflow_prefix_runs_the_clock_before_the_command() -> None:
-    assert jobclock.prefix("1-2") == "python -m naspipe.plan.jobclock results/benchmarks/jobclock.tsv 1-2 -- "
+def test_the_workflow_prefix_and_suffix_time_a_compound_command_whole(tmp_path: Path) -> None:
+    """A multi-node job's command is `export MASTER_ADDR=...; srun ...`: the clock must run all of it, in bash
+    with -euo pipefail, and record it on one line (the job's `--out` is how benchmarks name it)."""
+    record = tmp_path / "clock.tsv"
+    command = "export A=$((20000 + 7)); echo \"$A\" > out.txt; echo done --out out.txt"
+    script = f"set -euo pipefail; {jobclock.prefix('1-2', str(record))} {command} {jobclock.SUFFIX}"
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.txt").read_text() == "20007\n" and done.stdout == "done --out out.txt\n"
+    (line,) = record.read_text().splitlines()
+    assert line.split("\t")[4] == f"bash -euo pipefail -c {command}"
+    failing = f"{jobclock.prefix('1-2', str(record))} false; echo not reached {jobclock.SUFFIX}"
+    assert subprocess.run(["bash", "-c", failing], cwd=tmp_path, capture_output=True, timeout=60).returncode == 1

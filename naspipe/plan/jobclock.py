@@ -1,8 +1,11 @@
 """Each workflow job's CPU seconds, start and end, with every process it spawned counted (issue 21).
 
     python -m naspipe.plan.jobclock FILE SESSION -- COMMAND [ARGS...]
+    python -m naspipe.plan.jobclock FILE SESSION - <<'EOF'   (a bash script on stdin, run with -euo pipefail)
 
-The workflow puts this before every job's command (workflow/rules/common.smk). It runs the command,
+The workflow wraps every job's command in the second form (:func:`prefix` and :data:`SUFFIX` in
+workflow/rules/common.smk's ``shell.prefix``/``shell.suffix``), so a command that is several shell
+statements (``export MASTER_ADDR=...; srun ...``) is timed whole. It runs the command,
 waits for it, reaps every descendant left behind, then appends one tab-separated line to FILE:
 ``session  start  end  cpu_s  command`` (epoch seconds; ``cpu_s`` user + system of the whole tree).
 
@@ -97,15 +100,24 @@ def run(record: Path, session: str, command: Sequence[str]) -> int:
     return status if status >= 0 else 128 - status
 
 
+HEREDOC = "NASPIPE_JOB_SCRIPT"
+SUFFIX = f"\n{HEREDOC}"  # shell.suffix: ends the here-document that :func:`prefix` opens
+SHELL = ("bash", "-euo", "pipefail", "-c")  # how a script read from stdin runs (the workflow's shell settings)
+
+
 def prefix(session: str, record: str = RECORD) -> str:
-    """What the workflow's ``shell.prefix`` puts before a job's command; ``session``: one per invocation."""
-    return f"python -m naspipe.plan.jobclock {shlex.quote(record)} {shlex.quote(session)} -- "
+    """What the workflow's ``shell.prefix`` ends with: the clock reading the job's command as a script from a
+    quoted here-document (closed by :data:`SUFFIX`); ``session``: one per workflow invocation."""
+    return f"python -m naspipe.plan.jobclock {shlex.quote(record)} {shlex.quote(session)} - <<'{HEREDOC}'\n"
 
 
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
+    if len(args) == 3 and args[2] == "-":
+        return run(Path(args[0]), args[1], [*SHELL, sys.stdin.read().strip()])
     if len(args) < 4 or args[2] != "--":
-        print("usage: python -m naspipe.plan.jobclock FILE SESSION -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m naspipe.plan.jobclock FILE SESSION -- COMMAND [ARGS...] | FILE SESSION - <SCRIPT",
+              file=sys.stderr)
         return 2
     return run(Path(args[0]), args[1], args[3:])
 

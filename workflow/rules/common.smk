@@ -27,6 +27,7 @@ JOB_SESSION = f"{int(time.time())}-{os.getpid()}"
 shell.prefix(
     f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {jobclock.prefix(JOB_SESSION)}{job_times_prefix(os.environ)}"
 )
+shell.suffix(jobclock.SUFFIX)
 CONDA_ENV = "../envs/naspipe.yaml"
 
 SPACES = sorted(config["spaces"])
