@@ -1,10 +1,13 @@
 """Where a workflow run's time goes, and the wall time it needs on C quiet cores (issue 21).
 
-    NASPIPE_JOB_TIMES=/abs/times.txt snakemake --cores 2 --configfile config/config.yaml
-    python benchmarks/workflow_makespan.py /abs/times.txt [--cores 2] [--benchmarks results/benchmarks]
+    snakemake --cores 2 --configfile config/config.yaml
+    python benchmarks/workflow_makespan.py results/benchmarks/jobclock.tsv [--cores 2]
 
-Each line of the times file is one job (GNU time: wall, user and system seconds, the command); the
-job is named by its output (the command's last ``--out``, or ``--spec-out``). Printed: CPU seconds
+The job clock's file (naspipe.plan.jobclock, written by every workflow run) has one line per job:
+its session, start, end, the CPU seconds of its whole process tree, the command; it is exact, and
+its span (first start to last end) gives the run's measured CPU%. The older GNU time file
+(``NASPIPE_JOB_TIMES=/abs/times.txt``: wall, user and system seconds, the command) is read too.
+A job is named by its output (the command's last ``--out``, or ``--spec-out``). Printed: CPU seconds
 per rule, the total, and two lower bounds of the wall time on C cores that no job order beats:
 the total CPU over C (every core busy all the time) and the critical path (the longest chain of
 jobs that must run one after another: dataset -> profile -> partition -> train -> search ->
@@ -14,8 +17,9 @@ a quiet one; start-up of the workflow itself (DAG building, ~10 s) comes on top.
 
 GNU time misses the stage processes of a multi-stage training run (they are children of
 multiprocessing's fork server, which nobody waits for), and Snakemake's ``benchmark:`` files
-(``--benchmarks``) sample the process tree, every 30 s after a job's first 30, and miss what a
-job spends after the last sample. Each job counts the larger of the two: a lower bound.
+(``--benchmarks``) sample the process tree every 0.5 s for a job's first ~15 s and every 30 s after,
+and miss what a job spends after the last sample: from those two, each job counts the larger, a
+lower bound. The job clock counts every descendant.
 """
 
 from __future__ import annotations
@@ -36,18 +40,36 @@ RULES = (  # (rule, the pattern of its output) in the order of the chain
 )
 
 
+def fields(line: str) -> tuple[float, float, str] | None:
+    """(wall s, cpu s, command) of a job clock or GNU time line; None for GNU time's own notes."""
+    clock = line.split("\t", 4)
+    if len(clock) == 5:
+        return float(clock[2]) - float(clock[1]), float(clock[3]), clock[4]
+    parts = line.split(" ", 3)
+    if len(parts) < 4 or not re.fullmatch(r"[\d.]+", parts[0]):
+        return None
+    return float(parts[0]), float(parts[1]) + float(parts[2]), parts[3]
+
+
+def span(path: Path) -> float | None:
+    """A job clock file's first start to last end, the report's job left out (None for GNU time files)."""
+    rows = [line.split("\t", 4) for line in path.read_text().splitlines()]
+    rows = [r for r in rows if len(r) == 5 and "naspipe report" not in r[4]]
+    return max(float(r[2]) for r in rows) - min(float(r[1]) for r in rows) if rows else None
+
+
 def parse(path: Path) -> list[tuple[str, str, float, float]]:
-    """(rule, output, wall s, cpu s) per job; GNU time's own notes ("Command exited ...") are skipped."""
+    """(rule, output, wall s, cpu s) per job."""
     jobs = []
     for line in path.read_text().splitlines():
-        parts = line.split(" ", 3)
-        if len(parts) < 4 or not re.fullmatch(r"[\d.]+", parts[0]):
+        job = fields(line)
+        if job is None:
             continue
-        wall, user, system, command = float(parts[0]), float(parts[1]), float(parts[2]), parts[3]
+        wall, cpu, command = job
         outs = re.findall(r"--(?:spec-)?out (\S+)", command)
         out = outs[-1] if outs else command
         rule = next((name for name, pattern in RULES if re.search(pattern, out)), "other")
-        jobs.append((rule, out, wall, user + system))
+        jobs.append((rule, out, wall, cpu))
     return jobs
 
 
@@ -111,6 +133,10 @@ def main() -> None:
     print(f"critical path {critical:.1f} CPU s (through {longest}, then the report)")
     print(f"model: quiet-machine wall >= {max(total / args.cores, critical):.1f} s "
           f"({max(total / args.cores, critical) / 60:.1f} min)")
+    measured = span(args.times)
+    if measured:
+        print(f"measured: {measured:.1f} s from the first job's start to the last one's end (report left out), "
+              f"CPU {100 * (total - report) / measured:.0f}%")
 
 
 if __name__ == "__main__":

@@ -5,18 +5,21 @@ baselines spread, a winner above every random subnet, csp faster than gpipe) and
 fail (a flat loss, a baseline without spread, a winner below the median, csp slower on more
 stage processes than cores); each verdict and number is read back from the rendered
 markdown. One test runs ``naspipe report`` on real toy runs and checks the section's lines
-against the written Table 3 and the runs' own losses.
+against the written Table 3 and the runs' own losses; another puts a run in a workflow's
+results/ layout beside a job clock file and checks the CPU line against that file.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from naspipe.cli import main as cli_main
+from naspipe.plan import jobclock
 from naspipe.report import run_summary as rs
 from tests.test_report import report_args, runs  # noqa: F401  (the module-scoped runs fixture)
 
@@ -70,7 +73,7 @@ def test_every_phenomenon_shows_on_tables_built_to_pass():
     assert "csp 3.25 at D=1,2,4; gpipe spread 0.5; pipedream spread 0.1" == spread["measured"]
     assert search["measured"] == "winner retrained top1 0.5 vs median of 3 random 0.3"
     assert speed["measured"].startswith("csp 1.25x gpipe at D=4")
-    assert "/usr/bin/time" in cpu["why"]
+    assert "no job clock records" in cpu["why"]
     assert all(line["why"] is None for line in lines[:4])
 
 
@@ -143,3 +146,51 @@ def test_the_section_agrees_with_the_tables_and_runs_it_summarises(summarised, r
     (spread,) = [line for line in lines if line["phenomenon"].startswith("csp identical")]
     assert spread["measured"].startswith(f"csp {csp_loss} at D=2; gpipe spread {gpipe.max() - gpipe.min():.3g}")
     assert spread["shows"] == "no" and spread["why"] == "csp ran at fewer than two stage counts"
+
+
+def clock(*jobs: tuple[str, float, float, float, str]) -> pd.DataFrame:
+    return pd.DataFrame(jobs, columns=list(jobclock.COLUMNS))
+
+
+def test_cpu_line_is_the_jobs_cpu_over_their_span_against_85_percent_of_every_core():
+    jobs = clock(("s", 100.0, 160.0, 110.0, "python -m naspipe train"), ("s", 101.0, 200.0, 64.0, "python -m x"))
+    (line,) = parse(rs.body(pd.DataFrame([rs.cpu_row(jobs, 2)], columns=rs.COLUMNS)))
+    assert line["measured"].startswith("174% CPU: 2 jobs, 174 CPU s (every process of each job) in 100 s")
+    assert line["target"] == "CPU% >= 170 on 2 cores" and line["shows"] == "yes" and line["why"] is None
+    (line,) = parse(rs.body(pd.DataFrame([rs.cpu_row(jobs, 4)], columns=rs.COLUMNS)))
+    assert line["target"] == "CPU% >= 340 on 4 cores" and line["shows"] == "no"
+    assert line["why"].startswith("on average 44% of each of 4 cores")
+
+
+def test_cpu_line_counts_the_latest_invocation_and_never_a_report():
+    old = ("a", 0.0, 50.0, 90.0, "python -m naspipe train")
+    report = ("b", 100.0, 110.0, 9.0, "python -m naspipe report --runs x")
+    new = [("b", 60.0, 80.0, 30.0, "python -m naspipe search"), ("b", 61.0, 90.0, 40.0, "python -m naspipe train")]
+    jobs = rs.session_jobs(clock(old, *new, report, ("c", 200.0, 201.0, 0.5, "python -m naspipe report")))
+    assert rs.cpu_percent(jobs) == (100.0 * 70.0 / 30.0, 70.0, 30.0)
+
+
+def test_a_broken_job_clock_file_is_named(tmp_path):
+    bad = tmp_path / "jobclock.tsv"
+    bad.write_text("s\tnot-a-time\t2\t3\tcmd\n")
+    with pytest.raises(rs.UsageError, match="jobclock.tsv: not a job clock file"):
+        rs.read_clock(bad)
+
+
+def test_the_report_reads_the_job_clock_beside_a_workflows_runs(runs, tmp_path):  # noqa: F811
+    """A run in results/runs/... with results/benchmarks/jobclock.tsv beside it: the CPU line is that file's."""
+    run = tmp_path / "results" / "runs" / "toy" / "sequential" / "D1-seed0"
+    shutil.copytree(runs["seq"], run)
+    record = tmp_path / jobclock.RECORD
+    record.parent.mkdir(parents=True)
+    for line in (jobclock.record_line("1-2", 10.0, 70.0, 100.0, ["python", "-m", "naspipe", "train"]),
+                 jobclock.record_line("1-2", 12.0, 110.0, 80.0, ["python", "-m", "naspipe", "search"]),
+                 jobclock.record_line("0-1", 0.0, 5.0, 9.0, ["python", "-m", "naspipe", "train"])):
+        jobclock.append(record, line)
+    out = tmp_path / "out"
+    assert cli_main(["report", "--runs", str(run), "--out", str(out)]) == 0
+    frame = pd.read_csv(out / "tables" / "run_summary.csv", dtype=str, keep_default_na=False)
+    (cpu,) = frame[frame["phenomenon"] == "cores kept busy"].to_dict("records")
+    assert cpu["measured"].startswith("180% CPU: 2 jobs, 180 CPU s (every process of each job) in 100 s")
+    section = (out / "tables" / "run_summary.md").read_text()
+    assert any(line["measured"] == cpu["measured"] for line in parse(section.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]))

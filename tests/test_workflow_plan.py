@@ -112,3 +112,20 @@ def test_core_runs_without_the_extras_and_a_command_needing_one_names_it(tmp_pat
     assert done.returncode == 2 and done.stderr.splitlines() == [
         "naspipe: error: report needs pandas: pip install 'naspipe[report]'"], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_ablation_steps_shorten_only_the_ablation_runs() -> None:
+    """`ablation.steps` sets the ablation runs' --steps and kept checkpoints; the grid keeps `steps`."""
+    import yaml
+
+    from naspipe.plan.jobs import ablation_jobs, train_jobs
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["ablation"]["steps"] = 128
+    ablation, grid = ablation_jobs(config), train_jobs(config)
+    assert ablation and {job.steps for job in ablation} == {128}
+    assert all("keep_checkpoints=3" in job.sets for job in ablation)  # 128 / 64 + 1
+    assert {job.steps for job in grid} == {config["steps"]}
+    assert all(f"keep_checkpoints={config['steps'] // 64 + 1}" in job.sets for job in grid)
+    del config["ablation"]["steps"]
+    assert {job.steps for job in ablation_jobs(config)} == {config["steps"]}

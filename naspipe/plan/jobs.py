@@ -33,6 +33,7 @@ class TrainJob:
     seed: int
     out: str  # its run directory
     sets: tuple[str, ...]  # `--set` pairs beyond the space's data and the partition file
+    steps: int  # `--steps`: the config's `steps`, or `ablation.steps` for an ablation run
 
     @property
     def name(self) -> str:
@@ -53,13 +54,15 @@ def system_runs(config: dict[str, Any], space: str, system: str, seed: int) -> l
     return [r for r in runs if r != reference_run(space, seed)]
 
 
-def common_sets(config: dict[str, Any]) -> list[str]:
-    """Settings every training run of the config shares (threads, device, checkpoints, train_options)."""
+def common_sets(config: dict[str, Any], steps: int | None = None) -> list[str]:
+    """Settings every training run of the config shares (threads, device, checkpoints, train_options);
+    ``steps``: the run's length when not the config's ``steps`` (it sets how many checkpoints are kept)."""
     sets = [f"threads={config.get('threads_per_stage', 1)}", f"device={config.get('device', 'cpu')}",
             "progress=off"]
     every = (config.get("search") or {}).get("checkpoint_every", 0)
     if every:  # Figure 4's score-over-time curves evaluate these checkpoints
-        sets += [f"checkpoint_every={every}", f"keep_checkpoints={math.ceil(config['steps'] / every) + 1}"]
+        kept = math.ceil((steps or config["steps"]) / every) + 1
+        sets += [f"checkpoint_every={every}", f"keep_checkpoints={kept}"]
     return sets + [f"{key}={value}" for key, value in sorted((config.get("train_options") or {}).items())]
 
 
@@ -74,24 +77,30 @@ def train_jobs(config: dict[str, Any]) -> list[TrainJob]:
     runs = {(space, REFERENCE_SYSTEM, 1, seed) for space in config["spaces"] for seed in config["seeds"]}
     runs |= {(space, system, d, seed) for space in config["spaces"] for system in config["systems"]
              for d in config["stages"] for seed in config["seeds"]}
-    return [TrainJob("train", sp, sy, d, se, run_dir(sp, sy, d, se), (*space_sets(config, sp), *common_sets(config)))
-            for sp, sy, d, se in sorted(runs)]
+    return [TrainJob("train", sp, sy, d, se, run_dir(sp, sy, d, se), (*space_sets(config, sp), *common_sets(config)),
+                     int(config["steps"])) for sp, sy, d, se in sorted(runs)]
 
 
 def ablation_jobs(config: dict[str, Any]) -> list[TrainJob]:
-    """Every `ablation` job (paper Figure 6): each variant of NASPipe over the ablation's stage counts."""
+    """Every `ablation` job (paper Figure 6): each variant of NASPipe over the ablation's stage counts.
+
+    ``ablation.steps`` (default: ``steps``) shortens them: Figure 6 compares rates and bubble ratios, which a
+    run reaches within its first checkpoints; the losses it does not read need the full length.
+    """
     ablation = config.get("ablation") or {}
+    steps = int(ablation.get("steps") or config["steps"])
     jobs = []
     for space in sorted(config["spaces"]):
         for variant in ablation.get("variants", list(ABLATION_SYSTEMS)):
             system, mode = ABLATION_SYSTEMS[variant]
-            sets = (*space_sets(config, space), *common_sets(config), f"partition_mode={mode}", "cache.enabled=true",
+            sets = (*space_sets(config, space), *common_sets(config, steps), f"partition_mode={mode}",
+                    "cache.enabled=true",
                     f"cache.budget={ablation.get('cache_budget', '3x')}",
                     f"cache.horizon={ablation.get('horizon', 8)}")
             for stages in ablation.get("stages", []):
                 for seed in config["seeds"]:
                     out = paths.path("ablation", space=space, variant=variant, stages=stages, seed=seed)
-                    jobs.append(TrainJob("ablation", space, system, stages, seed, out, sets))
+                    jobs.append(TrainJob("ablation", space, system, stages, seed, out, sets, steps))
     return jobs
 
 

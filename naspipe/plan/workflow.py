@@ -94,7 +94,7 @@ def estimator(config: dict[str, Any], spec: str) -> Estimator:
     """A training job's estimate on ``spec``, partitioned as the workflow will (by profile costs or by config)."""
     by = "costs" if config.get("partition_costs", "profile") == "profile" else "config"
     cpu = config.get("device", "cpu") != "cuda"
-    return lambda job: estimate(job.space, job.system, job.stages, config["steps"], job.sets, spec, by, cpu=cpu)
+    return lambda job: estimate(job.space, job.system, job.stages, job.steps, job.sets, spec, by, cpu=cpu)
 
 
 def check_simulate(config: dict[str, Any]) -> None:
@@ -230,7 +230,7 @@ class Workflow:
         job = self.fitted(rule, w).job
         data = [o for o in space_options(self.config, w.space) if o.startswith("space.data=")]
         sets = [*data, f"partition_file={paths.path('partition', space=w.space, stages=w.stages)}", *job.sets]
-        return (f"--space {w.space} --system {job.system} --stages {w.stages} --steps {self.config['steps']} "
+        return (f"--space {w.space} --system {job.system} --stages {w.stages} --steps {job.steps} "
                 f"--seed {w.seed} " + set_args(sets))
 
     def nodes(self, stages: int | str) -> int:

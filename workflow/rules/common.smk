@@ -5,7 +5,9 @@ their commands and resources; naspipe.plan.paths says where every output and log
 """
 
 import os
+import time
 
+from naspipe.plan import jobclock
 from naspipe.plan.order import job_times_prefix, priority
 from naspipe.plan.paths import benchmarkfile, logfile, path
 from naspipe.plan.workflow import (
@@ -17,11 +19,15 @@ from naspipe.plan.workflow import (
     space_options,
 )
 
+# every job's command runs under naspipe.plan.jobclock: its whole process tree's CPU seconds, start and end,
+# one line per job in jobclock.RECORD (the run summary's CPU%; one session per invocation)
+JOB_SESSION = f"{int(time.time())}-{os.getpid()}"
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)
 shell.prefix(
-    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {job_times_prefix(os.environ)}"
+    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {jobclock.prefix(JOB_SESSION)}{job_times_prefix(os.environ)}"
 )
+shell.suffix(jobclock.SUFFIX)
 CONDA_ENV = "../envs/naspipe.yaml"
 
 SPACES = sorted(config["spaces"])
