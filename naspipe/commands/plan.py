@@ -65,7 +65,7 @@ def _estimator(config: dict[str, Any], hardware: str, cuda: bool) -> Any:
     from naspipe.plan.cost import estimate
 
     partition_by = "costs" if config.get("partition_costs", "profile") == "profile" else "config"
-    return lambda job: estimate(job.space, job.system, job.stages, config["steps"], job.sets, hardware,
+    return lambda job: estimate(job.space, job.system, job.stages, job.steps, job.sets, hardware,
                                 partition_by, cpu=not cuda)
 
 
