@@ -192,7 +192,7 @@ class _Engine:
         self.now = 0.0
 
     def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
-        if self.fast and self.costs.free_io and not self.plan.mirrored and all(type(c) is Resident for c in self.copies):
+        if self._free_and_resident():
             return self._run_free()
         policies, n, d = self.policies, self.n, len(self.policies)
         last = d - 1
@@ -462,6 +462,11 @@ class _Engine:
                 self.copies[k].stats.hits += hits[k]
         return SimResult(self.results, self.copies, self.n)
 
+    def _free_and_resident(self) -> bool:
+        """Whether :meth:`_run_free` applies: free messages, one partition, every stage's parameters resident."""
+        return (self.fast and self.costs.free_io and not self.plan.mirrored
+                and all(type(c) is Resident for c in self.copies))
+
     def _run_free(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose
         """:meth:`run` for the common case, its branches for copies and links taken out: free messages (an
         activation or gradient reaches the neighbour when its task ends, no link, no gap), resident
@@ -486,6 +491,7 @@ class _Engine:
         spans, ends = self.spans, self.ends
         tasks, uses = [0] * d, [0] * d
         running = self.running
+        started = cast(list[Task], running)  # the same list, read where an event says the stage runs a task
         # what to ask after a task of stage k ends: itself, and the neighbour its message reached
         alone = [(k,) for k in range(d)]
         with_next = [(k, k + 1) for k in range(last)] + [(last,)]
@@ -558,7 +564,7 @@ class _Engine:
                 break
             now, _, k = events[0]
             stale = True
-            task = running[k]
+            task = started[k]
             running[k] = None
             completed[k](task)
             kind, y, _ = task
