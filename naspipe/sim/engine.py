@@ -169,8 +169,6 @@ class _Engine:
     (:meth:`_blocking_send`, :meth:`_mirrors`) update in place.
     """
 
-    fast = True  # take :meth:`_run_free` where it applies (tests compare it with the general loop)
-
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
                  copies: list[Residency], record_order: bool, trace_max: int,
                  window: tuple[int, int] | None = None) -> None:
@@ -192,8 +190,6 @@ class _Engine:
         self.now = 0.0
 
     def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
-        if self._free_and_resident():
-            return self._run_free()
         policies, n, d = self.policies, self.n, len(self.policies)
         last = d - 1
         first = policies[0]
@@ -438,160 +434,21 @@ class _Engine:
             else:
                 self._mirror_arrived(k, in_flight.pop(y))
                 ask = (k,)
-        if swap:
-            for k, s in enumerate(stats):
-                s.misses += uses[k]
-                s.in_bytes, s.out_bytes, s.wait_s = swap_in[k], swap_out[k], swap_wait[k]
-        return self._finish(now, (forward_s, recompute_s, backward_s, update_s), tasks, uses if resident else None)
-
-    def _finish(self, now: float, seconds: tuple[list[float], list[float], list[float], list[float]],
-                tasks: list[int], hits: list[int] | None) -> SimResult:
-        """The run's result from the loop's per-stage sums (``hits``: layer uses of resident copies, else None);
-        DeadlockError if a stage did not finish every subnet."""
         self.now = now
-        stalled = [p.stage for p in self.policies if p.finished < self.n]
+        stalled = [p.stage for p in policies if p.finished < n]
         if stalled:
             raise DeadlockError(f"stages {stalled} stalled at t={now} with subnets unfinished")
-        forward_s, recompute_s, backward_s, update_s = seconds
         for k, result in enumerate(self.results):
             result.seconds.update(forward=forward_s[k], recompute=recompute_s[k], backward=backward_s[k],
-                                  optimizer=update_s[k], waiting=self.waiting_s[k])
-            result.tasks, result.end, result.sent_bytes = tasks[k], self.ends[k], self.sent_bytes[k]
-            result.trace_dropped = tasks[k] + self.spans[k] - len(result.trace)
-            if hits is not None:
-                self.copies[k].stats.hits += hits[k]
-        return SimResult(self.results, self.copies, self.n)
-
-    def _free_and_resident(self) -> bool:
-        """Whether :meth:`_run_free` applies: free messages, one partition, every stage's parameters resident."""
-        return (self.fast and self.costs.free_io and not self.plan.mirrored
-                and all(type(c) is Resident for c in self.copies))
-
-    def _run_free(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose
-        """:meth:`run` for the common case, its branches for copies and links taken out: free messages (an
-        activation or gradient reaches the neighbour when its task ends, no link, no gap), resident
-        parameters (nothing to copy) and one partition (no mirrors). The same events in the same order, so
-        the same decisions and sums: each event is ``(time, order, stage)``, always a task's end (the task
-        is the stage's ``running`` one); a shorter tuple than :meth:`run`'s, built and unpacked once per task."""
-        policies, n, d = self.policies, self.n, len(self.policies)
-        last = d - 1
-        first = policies[0]
-        may_admit, admit = first.may_admit, first.admit
-        next_task = [p.next_task for p in policies]
-        completed = [p.completed for p in policies]
-        forward_arrived = [p.forward_arrived for p in policies]
-        backward_arrived = [p.backward_arrived for p in policies]
-        table = self.table
-        blocks = table.blocks
-        record = self.record_order
-        orders = [r.order for r in self.results]
-        trace_left = self.trace_left
-        traced = self._traced_subnets()
-        forward_s, recompute_s, backward_s, update_s = [0.0] * d, [0.0] * d, [0.0] * d, [0.0] * d
-        spans, ends = self.spans, self.ends
-        tasks, uses = [0] * d, [0] * d
-        running = self.running
-        started = cast(list[Task], running)  # the same list, read where an event says the stage runs a task
-        # what to ask after a task of stage k ends: itself, and the neighbour its message reached
-        alone = [(k,) for k in range(d)]
-        with_next = [(k, k + 1) for k in range(last)] + [(last,)]
-        with_previous = [(0,)] + [(k - 1, k) for k in range(1, d)]
-        events: list[tuple[float, int, int]] = []  # (time, order, stage): the stage's running task ends
-        push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
-        stale = False  # the handled event is still the heap's root (see run)
-        forward, backward = Kind.FORWARD, Kind.BACKWARD
-        shift, mask = BLOCK_SHIFT, BLOCK_MASK
-        order = 0
-        now = 0.0
-        ask: tuple[int, ...] = tuple(range(d))
-        check_admission = True
-        while True:
-            if check_admission:
-                check_admission = False
-                while first.admitted < n and may_admit(first.admitted):
-                    admit(first.admitted)
-                    if ask[0]:
-                        ask = (0, *ask)
-            for k in ask:
-                if running[k] is not None:
-                    continue
-                if not k:
-                    check_admission = True
-                task = next_task[k]()
-                if task is None:
-                    continue
-                kind, y, _ = task
-                try:
-                    blk = blocks[y >> shift]
-                except KeyError:
-                    blk = table.block(y >> shift)
-                i = (y & mask) * d + k
-                if record:
-                    orders[k].append(task)
-                if kind is forward:
-                    mid = now
-                    end = now + blk.forward[i]
-                    forward_s[k] += end - now
-                elif kind is backward:
-                    r = blk.recompute[i]
-                    if r:
-                        mid = now + r
-                        recompute_s[k] += mid - now
-                        spans[k] += 1
-                    else:
-                        mid = now
-                    end = mid + blk.backward[i]
-                    backward_s[k] += end - mid
-                else:
-                    mid = now
-                    end = now + blk.update[i]
-                    update_s[k] += end - now
-                    uses[k] += blk.uses[i]
-                if y in traced and trace_left[k] > 0:
-                    self._trace(k, task, (now, now, mid, end, end), kind is backward and bool(blk.recompute[i]))
-                tasks[k] += 1
-                running[k] = task
-                ends[k] = end
-                order += 1
-                if stale:
-                    replace(events, (end, order, k))
-                    stale = False
-                else:
-                    push(events, (end, order, k))
-            if stale:
-                pop(events)
-            if not events:
-                break
-            now, _, k = events[0]
-            stale = True
-            task = started[k]
-            running[k] = None
-            completed[k](task)
-            kind, y, _ = task
-            if kind is forward:
-                if k == last:
-                    backward_arrived[k](y)
-                else:
-                    forward_arrived[k + 1](y)
-                ask = with_next[k]
-            elif kind is backward and k:
-                backward_arrived[k - 1](y)
-                ask = with_previous[k]
-                if k == 1:
-                    check_admission = True
-            else:
-                ask = alone[k]
-            if not k:
-                check_admission = True
-        return self._finish(now, (forward_s, recompute_s, backward_s, update_s), tasks, uses)
-
-    def _traced_subnets(self) -> range | frozenset[int]:
-        """The subnets whose spans the trace keeps while a stage's budget lasts (a membership test per task)."""
-        if not any(self.trace_left):
-            return frozenset()
-        if self.head >= self.tail:
-            return range(self.n)
-        return frozenset(range(self.head)) | frozenset(range(self.tail, self.n))
+                                  optimizer=update_s[k], waiting=waiting_s[k])
+            result.tasks, result.end, result.sent_bytes = tasks[k], ends[k], sent_bytes[k]
+            result.trace_dropped = tasks[k] + spans[k] - len(result.trace)
+            if resident:
+                copies[k].stats.hits += uses[k]
+            elif swap:
+                stats[k].misses += uses[k]
+                stats[k].in_bytes, stats[k].out_bytes, stats[k].wait_s = swap_in[k], swap_out[k], swap_wait[k]
+        return SimResult(self.results, copies, n)
 
     def _blocking_send(self, k: int, task: Task, now: float) -> tuple[float, int, float]:
         """Stage ``k`` sends ``task``'s message at ``now`` and is held until gloo lets go:
