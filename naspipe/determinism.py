@@ -8,6 +8,7 @@ algorithms) with the same intra-op thread count.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -34,9 +35,22 @@ def make_deterministic(threads: int, device: torch.device) -> None:
     check_threads(threads)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
+    deterministic_algorithms()
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+
+
+def deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True)`` without its import of ``torch._inductor``, which loads
+    ``torch._dynamo`` and sympy: about 1.2 s of CPU in every training and stage process (docs/startup.md).
+
+    The eager kernels read one switch, set here as torch sets it; inductor's own flag only steers
+    ``torch.compile``, which this project never calls, and is set too when inductor is loaded anyway.
+    """
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = True  # type: ignore[attr-defined]
+    torch._C._set_deterministic_algorithms(True, warn_only=False)

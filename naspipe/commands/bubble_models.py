@@ -73,9 +73,9 @@ def space_rows(space: str, fitted: Hardware, subnets: int, steps: int) -> list[d
 def _structure(space: str) -> tuple[int, int]:
     """(choice blocks, candidates per block) of a preset space, without building it."""
     from naspipe.config import config_from_dict
-    from naspipe.runplan.job import build_job
+    from naspipe.runplan.job import build_shape
 
-    structure = build_job(config_from_dict({"space": {"name": space}, "steps": 1})).plan.structure
+    structure = build_shape(config_from_dict({"space": {"name": space}, "steps": 1})).structure
     return len(structure.blocks), structure.choices_per_block[0]
 
 
@@ -90,15 +90,15 @@ def artifact_unit(space: str, stages: int, subnets: int) -> float:
 
 def unit_time(space: str, system: str, stages: int, subnets: int) -> float:
     from naspipe.config import config_from_dict
-    from naspipe.runplan.job import build_job
+    from naspipe.runplan.job import build_plan, build_shape, policy_options
     from naspipe.scheduling import Kind
     from naspipe.scheduling.driver import drive
 
     config = config_from_dict({"space": {"name": space}, "system": system, "stages": stages, "steps": subnets,
                                "partition_costs": "uniform"})
-    job = build_job(config)
+    plan = build_plan(config, build_shape(config))
     durations = {Kind.FORWARD: 1.0, Kind.BACKWARD: 1.0, Kind.UPDATE: 0.0}
-    return drive(job.plan, system, subnets, job.policy_options, lambda task: durations[task.kind]).bubble_ratio()
+    return drive(plan, system, subnets, policy_options(config), lambda task: durations[task.kind]).bubble_ratio()
 
 
 def simulated(space: str, system: str, stages: int, fitted: Hardware, steps: int) -> float:

@@ -47,10 +47,10 @@ def compute(
     space_name: str, options: dict[str, Any], stages: int, costs_source: str, shared_policy: str = "frozen"
 ) -> PartitionFile:
     from naspipe.runplan.job import position_costs
-    from naspipe.space import make_space
+    from naspipe.space import make_shape
 
     try:
-        space = make_space(space_name, options, shared_policy)
+        space = make_shape(space_name, options, shared_policy)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     positions = space.structure.num_positions

@@ -14,7 +14,7 @@ from naspipe.profile.rows import ProfileRow
 from naspipe.space.structure import SpaceStructure
 
 if TYPE_CHECKING:
-    from naspipe.space.base import SearchSpace
+    from naspipe.space.shape import SpaceShape
 
 
 def position_layer_ids(structure: SpaceStructure, position: int) -> list[int]:
@@ -46,7 +46,7 @@ def position_role(structure: SpaceStructure, position: int) -> str:
     return "block" if position < len(structure.prefix) + len(structure.blocks) else "suffix"
 
 
-def layer_costs_from_profile(space: SearchSpace, rows: Sequence[ProfileRow]) -> list[float]:
+def layer_costs_from_profile(space: SpaceShape, rows: Sequence[ProfileRow]) -> list[float]:
     """One cost (ms, forward + backward task) per position of ``space``, for the partitioner.
 
     Prefix and suffix positions cost their layer's row; a block costs the mean over its

@@ -70,11 +70,11 @@ def _label(metrics: dict) -> str:
 
 def _structure(config: dict) -> SpaceStructure | None:
     """The run's space structure (trainable layers, layer count); None when the config cannot build it."""
-    from naspipe.space import make_space
+    from naspipe.space import make_shape
 
     try:
         space = config["space"]
-        return make_space(space["name"], {k: v for k, v in space.items() if k != "name"},
+        return make_shape(space["name"], {k: v for k, v in space.items() if k != "name"},
                           config.get("shared_policy", "frozen")).structure
     except (KeyError, TypeError, ValueError):
         return None

@@ -1,15 +1,14 @@
 """Table 1: the search spaces of the runs (blocks, candidates, layers, supernet and subnet parameters).
 
-Parameter counts come from building each distinct (operation, position) once on torch's
-``meta`` device, which allocates no storage, so even the 4,610-layer ``nlp.c0`` supernet is
-counted in well under a second. The mean subnet size assumes uniform sampling: shared
+Parameter counts come from each space's shape (analytic sizes, equal to the layers built on
+torch's meta device: ``tests/test_space_sizes.py``), so no layer is built and no torch is
+imported. The mean subnet size assumes uniform sampling: shared
 layers plus, per block, the mean size of its candidates.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,29 +16,20 @@ from naspipe.errors import UsageError
 from naspipe.report.inputs import ReportInputs
 from naspipe.report.section import Table
 
+if TYPE_CHECKING:
+    from naspipe.space.shape import SpaceShape
 
-def layer_params(space: Any) -> list[int]:
-    """Parameter count of every layer of ``space``, one meta-device build per (op, position)."""
-    import torch
 
-    structure = space.structure
-
-    @cache
-    def count(layer: int) -> int:
-        with torch.device("meta"):
-            return sum(p.numel() for p in space.make_layer(layer).parameters())
-
-    first: dict[tuple[str, int], int] = {}  # (op, position) -> the first layer of that kind
-    for layer in range(structure.num_layers):
-        first.setdefault((structure.op_name(layer), structure.position_of(layer)), layer)
-    return [count(first[(structure.op_name(i), structure.position_of(i))]) for i in range(structure.num_layers)]
+def layer_params(space: SpaceShape) -> list[int]:
+    """Parameter count of every layer of ``space``, from its shape's analytic sizes (no layer is built)."""
+    return [space.layer_tensors(layer)[0] for layer in range(space.structure.num_layers)]
 
 
 def space_row(name: str, options: dict[str, Any], shared_policy: str) -> dict[str, Any]:
-    from naspipe.space import make_space
+    from naspipe.space import make_shape
 
     try:
-        space = make_space(name, options, shared_policy)
+        space = make_shape(name, options, shared_policy)
     except ValueError as exc:
         raise UsageError(f"space {name!r} of the runs: {exc}") from None
     s = space.structure

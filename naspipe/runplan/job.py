@@ -8,11 +8,11 @@ costs) before anything is spawned or written, so bad input fails fast with one l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from naspipe import systems
 from naspipe.config import Config
@@ -27,6 +27,9 @@ from naspipe.subnet import FixedSubnetStream, SubnetStream
 
 if TYPE_CHECKING:
     from naspipe.space import SearchSpace
+    from naspipe.space.shape import SpaceShape
+
+S = TypeVar("S", bound="SpaceShape")
 
 
 @dataclass
@@ -39,8 +42,7 @@ class Job:
 
     @property
     def policy_options(self) -> PolicyOptions:
-        return PolicyOptions(max_inflight=self.config.inflight_limit, bulk_size=self.config.bulk,
-                             shared_window=self.config.shared_window)
+        return policy_options(self.config)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """The job is sent whole to spawned stage processes, which then neither build the space nor partition
@@ -62,16 +64,34 @@ def _rejoin(config: Config, space: SearchSpace, stream: SubnetStream, partition:
     return Job(config, space, stream, partition, PipelinePlan(space.structure, partition, stream, layer_costs))
 
 
+def policy_options(config: Config) -> PolicyOptions:
+    """What the scheduling policies take from the config."""
+    return PolicyOptions(max_inflight=config.inflight_limit, bulk_size=config.bulk,
+                         shared_window=config.shared_window)
+
+
 def build_space(config: Config) -> SearchSpace:
     """The run's space, once the system and the stage count are known to fit it (no layer is built).
 
-    The space's classes are torch modules: importing this plan loads no torch, building a space does (the
-    simulator sizes its layers on the meta device, :mod:`naspipe.sim.setup`)."""
+    The space's classes are torch modules: importing this plan loads no torch, building a space does; the
+    simulator and the planners build the space's shape instead (:func:`build_shape`)."""
     from naspipe.space import make_space
 
+    return _fitted(config, make_space)
+
+
+def build_shape(config: Config) -> SpaceShape:
+    """The run's space without its layers (no torch): options, structure, costs, sizes; checked as
+    :func:`build_space` checks the space."""
+    from naspipe.space.registry import make_shape
+
+    return _fitted(config, make_shape)
+
+
+def _fitted(config: Config, make: Callable[[str, dict[str, Any], str], S]) -> S:
     if config.system not in POLICY_NAMES:
         raise UsageError(f"unknown system {config.system!r}; choose one of {', '.join(POLICY_NAMES)}")
-    space = make_space(config.space_name, config.space_options, config.shared_policy)
+    space = make(config.space_name, config.space_options, config.shared_policy)
     structure = space.structure
     if config.stages > structure.num_positions:
         raise UsageError(
@@ -86,6 +106,13 @@ def build_job(config: Config, space: SearchSpace | None = None, layer_seconds: S
     compute, what a profile of the simulated machine would give); a ``partition_file`` still wins. The partition
     is computed once, from whichever costs apply."""
     space = build_space(config) if space is None else space
+    plan = build_plan(config, space, layer_seconds)
+    return Job(config, space, plan.stream, plan.partition, plan)
+
+
+def build_plan(config: Config, space: SpaceShape, layer_seconds: Sequence[float] | None = None) -> PipelinePlan:
+    """The run's partition, subnet stream and plan (what :func:`build_job` builds, with a space's shape: what
+    the simulator runs, without torch)."""
     structure = space.structure
     check_bulk_boundary(config, "checkpoint_every", config.checkpoint_every)
     seconds = list(layer_seconds) if layer_seconds is not None and not config.partition_file else None
@@ -99,7 +126,7 @@ def build_job(config: Config, space: SearchSpace | None = None, layer_seconds: S
         plan = PipelinePlan.per_subnet(structure, partition, stream, costs)
     else:
         plan = PipelinePlan(structure, partition, stream)
-    return Job(config, space, stream, partition, plan)
+    return plan
 
 
 def partition_by_layer_costs(structure: SpaceStructure, costs: Sequence[float], stages: int) -> Partition:
@@ -108,7 +135,7 @@ def partition_by_layer_costs(structure: SpaceStructure, costs: Sequence[float], 
     return balanced_partition(position_means(structure, costs.__getitem__), stages)
 
 
-def layer_costs(space: SearchSpace, source: str) -> list[float]:
+def layer_costs(space: SpaceShape, source: str) -> list[float]:
     """One cost per layer for per-subnet partitions: 'params' gives each candidate its own; otherwise
     (uniform, a profile) each layer gets its position's cost, so every subnet splits alike."""
     structure = space.structure
@@ -126,7 +153,7 @@ def _stream(config: Config, choices_per_block: tuple[int, ...]) -> SubnetStream:
                                                              "config key 'subnet'"))
 
 
-def _partition(config: Config, space: SearchSpace) -> Partition:
+def _partition(config: Config, space: SpaceShape) -> Partition:
     """The bounds of ``partition_file`` when given (checked against this run), else balanced over the costs."""
     if config.partition_file:
         from naspipe.partition_file import partition_for_run
@@ -142,7 +169,7 @@ def check_bulk_boundary(config: Config, what: str, step: int) -> None:
                          f"{config.bulk}: BSP drains (checkpoints, resumes) only at bulk boundaries")
 
 
-def position_costs(space: SearchSpace, source: str) -> list[float]:
+def position_costs(space: SpaceShape, source: str) -> list[float]:
     """One cost per position: a prefix/suffix layer's own, a block's mean over its candidates."""
     structure = space.structure
     if source == "uniform":
@@ -153,7 +180,7 @@ def position_costs(space: SearchSpace, source: str) -> list[float]:
     return position_means(structure, lambda lid: cost_of_op(structure.op_name(lid), lid))
 
 
-def _profile_costs(space: SearchSpace, path: Path) -> list[float]:
+def _profile_costs(space: SpaceShape, path: Path) -> list[float]:
     if not path.is_file():
         raise UsageError(
             f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV"

@@ -5,5 +5,5 @@ Pure Python, no torch: :mod:`engine` (events and per-stage queues), :mod:`costs`
 :mod:`residency` (copy engine; the seam where a cache model plugs in), :mod:`memory`
 (bytes per stage, largest batch), :mod:`bound` (lower bound on the makespan) and
 :mod:`run` (one run, the runtime's metrics schema). :mod:`layers` sizes a space's layers
-on torch's meta device and :mod:`cli` is ``naspipe simulate``; neither is imported here.
+from its torch-free shape and :mod:`setup` builds a run from a config; neither is imported here.
 """

@@ -200,9 +200,9 @@ def forward_macs_per_sample(space_name: str) -> float:
     """
     from collections import defaultdict
 
-    from naspipe.space import make_space
+    from naspipe.space import make_shape
 
-    space = make_space(space_name)
+    space = make_shape(space_name)
     s, batch = space.structure, space.options["batch_size"]
     by_position: dict[int, list[float]] = defaultdict(list)
     for layer in range(s.num_layers):

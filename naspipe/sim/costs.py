@@ -35,9 +35,10 @@ from dataclasses import dataclass, replace
 from naspipe.errors import UsageError
 from naspipe.profile.rows import ProfileRow
 from naspipe.sim.hardware import Hardware
+from naspipe.space.shape import FLOAT32_BYTES
 from naspipe.space.structure import SpaceStructure
 
-FLOAT_BYTES = 4
+FLOAT_BYTES = FLOAT32_BYTES  # bytes of a parameter or activation element, as the spaces' shapes count them
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,9 @@
 """A space's layers as the simulator sees them (:class:`~naspipe.sim.costs.LayerInfo`), without tensors.
 
-Parameter counts come from :meth:`SearchSpace.layer_tensors` (the layer built on torch's
-``meta`` device: shapes only, nothing allocated, one build per distinct shape), forward
-multiply-accumulates from the space's own analytic :meth:`layer_cost`, and activation
-sizes from the state the space documents between positions. This module imports the
-space classes (hence torch); the rest of :mod:`naspipe.sim` is pure and takes the list.
+Parameter counts come from :meth:`SpaceShape.layer_tensors` (analytic, equal to the layer
+built on torch's meta device: ``tests/test_space_sizes.py``), forward multiply-accumulates
+from the space's own analytic :meth:`layer_cost`, and activation sizes from the state the
+space documents between positions. It takes a space's shape, so nothing here imports torch.
 
 Activation bytes kept for the backward without recomputation are an estimate: a multiple
 of the layer's output (pre-norm input, the op's intermediates, dropout masks, residual):
@@ -18,25 +17,26 @@ import math
 from typing import TYPE_CHECKING
 
 from naspipe.sim.costs import FLOAT_BYTES, LayerInfo
+from naspipe.space.cv_shape import CvShape
+from naspipe.space.nlp_shape import NlpShape
 
 if TYPE_CHECKING:
-    from naspipe.space.base import SearchSpace
+    from naspipe.space.shape import SpaceShape
 
 
-def layer_infos(space: SearchSpace) -> list[LayerInfo]:
-    kind = type(space).__name__
-    if kind == "NlpSpace":
+def layer_infos(space: SpaceShape) -> list[LayerInfo]:
+    if isinstance(space, NlpShape):
         return [_nlp(space, lid) for lid in range(space.structure.num_layers)]
-    if kind == "CvSpace":
+    if isinstance(space, CvShape):
         return [_cv(space, lid) for lid in range(space.structure.num_layers)]
     return [_generic(space, lid) for lid in range(space.structure.num_layers)]
 
 
-def _macs(space: SearchSpace, layer: int) -> float:
+def _macs(space: SpaceShape, layer: int) -> float:
     return max(space.layer_cost(layer) - 1.0, 0.0) / int(space.options.get("batch_size", 1))
 
 
-def _nlp(space: SearchSpace, layer: int) -> LayerInfo:
+def _nlp(space: NlpShape, layer: int) -> LayerInfo:
     o = space.options
     state = 2.0 * o["seq_len"] * o["dim"] * FLOAT_BYTES + o["seq_len"] * 8  # enc, dec, src tokens
     op = space.structure.op_name(layer)
@@ -49,7 +49,7 @@ def _nlp(space: SearchSpace, layer: int) -> LayerInfo:
     return LayerInfo(params, macs, state, factor * state / 2)
 
 
-def _cv(space: SearchSpace, layer: int) -> LayerInfo:
+def _cv(space: CvShape, layer: int) -> LayerInfo:
     o = space.options
     s = space.structure
     op, block = s.op_name(layer), s.block_of(layer)
@@ -61,13 +61,13 @@ def _cv(space: SearchSpace, layer: int) -> LayerInfo:
         size = math.ceil(o["image_size"] / o["stem_stride"])
         out = float(o["channels"] * size * size * FLOAT_BYTES)
         return LayerInfo(params, macs, out, 2.0 * out + 3.0 * o["image_size"] ** 2 * FLOAT_BYTES)
-    _, c_out, stride, size = space.block_shape(block)  # type: ignore[attr-defined]
+    _, c_out, stride, size = space.block_shape(block)
     side = math.ceil(size / stride)
     out = float(c_out * side * side * FLOAT_BYTES)
     return LayerInfo(params, macs, out, 4.0 * out)
 
 
-def _generic(space: SearchSpace, layer: int) -> LayerInfo:
+def _generic(space: SpaceShape, layer: int) -> LayerInfo:
     """A dense sequence layer: MACs = parameters per token, state ``seq_len x dim``."""
     o = space.options
     params = space.layer_tensors(layer)[0]

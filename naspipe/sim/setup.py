@@ -2,10 +2,10 @@
 
 The run is built exactly as ``naspipe train`` builds it (:func:`naspipe.runplan.job.build_job`:
 space, partition, subnet stream, policy options), so the simulated stages run the very
-policies and the very partition the runtime would. The space's layers are sized on torch's
-``meta`` device by :mod:`naspipe.sim.layers`, the simulator's one seam to torch (nothing is
-allocated, so the paper-size spaces simulate on a laptop); the rest of the simulator takes
-the sizes as plain numbers.
+policies and the very partition the runtime would. The space is built as its shape
+(:func:`naspipe.runplan.job.build_shape`: options, structure, analytic layer sizes), so
+nothing here imports torch and paper-size spaces simulate on a laptop;
+:mod:`naspipe.sim.layers` turns the sizes into plain numbers for the rest of the simulator.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 
 from naspipe.config import Config
 from naspipe.errors import UsageError
-from naspipe.runplan.job import build_job, build_space
+from naspipe.runplan.job import build_plan, build_shape, policy_options
 from naspipe.runplan.rules import effective_recompute
 from naspipe.sim.costs import CostModel, analytic_costs, profile_costs, uniform_costs
 from naspipe.sim.hardware import Hardware
+from naspipe.sim.layers import layer_infos
 from naspipe.sim.planning import layer_seconds
 from naspipe.sim.run import SimSetup
 
@@ -28,19 +29,17 @@ TRACE_EVENTS = 100_000  # the default trace's size in events, about (4-6 per sub
 def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_by: str = "config") -> SimSetup:
     """The simulated run of ``config`` on ``hardware``; ``partition_by``: 'config' partitions as ``train`` would,
     'costs' by the simulated layers' compute (a ``partition_file`` still wins). Partitions once."""
-    from naspipe.sim.layers import layer_infos  # the torch seam: sizes layers on the meta device
-
-    space = build_space(config)
+    space = build_shape(config)
     infos = layer_infos(space)
     batch = int(space.options.get("batch_size", 1))
     costs = make_costs(costs_spec, space.structure, infos, hardware, batch, config.optimizer.state_slots)
     seconds = None
     if partition_by == "costs":
         seconds = layer_seconds(costs, effective_recompute(config.system, config.recompute))
-    job = build_job(config, space, seconds)
+    plan = build_plan(config, space, seconds)
     trace_cap = min(config.trace_max_events, 200_000)
-    return SimSetup(job.plan, config.system, config.steps, job.policy_options, costs, config.recompute, trace_cap,
-                    cache=config.cache, trace_subnets=default_trace_subnets(job.plan.num_stages))
+    return SimSetup(plan, config.system, config.steps, policy_options(config), costs, config.recompute, trace_cap,
+                    cache=config.cache, trace_subnets=default_trace_subnets(plan.num_stages))
 
 
 def default_trace_subnets(stages: int) -> int:

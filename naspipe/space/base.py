@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
-from naspipe.space.structure import SharedPolicy, SpaceStructure
+from naspipe.space.shape import SpaceShape, TensorSizes
 
 State = tuple[torch.Tensor, ...]
 
@@ -70,36 +70,16 @@ class Batch:
     targets: tuple[torch.Tensor, ...]
 
 
-class SearchSpace(ABC):
-    """A supernet family. Subclasses set ``defaults`` and implement the abstract methods.
-
-    ``options`` override ``defaults`` key by key; unknown keys are an error naming the key,
-    so a typo in ``--set space.dim=64`` never silently does nothing.
+class SearchSpace(SpaceShape):
+    """A supernet family with its layers: a :class:`SpaceShape` (options, structure, sizes) that also builds
+    the layers, makes batch ``i`` and scores the output. Subclasses implement the abstract methods; a space
+    family's shape class comes first in its bases, so its analytic sizes win over :meth:`tensor_sizes` here.
     """
 
-    defaults: ClassVar[Mapping[str, Any]] = {}
-
-    def __init__(self, name: str, options: Mapping[str, Any], shared_policy: SharedPolicy = "frozen") -> None:
-        unknown = sorted(set(options) - set(self.defaults))
-        if unknown:
-            raise UsageError(
-                f"space {name!r} has no option {unknown[0]!r}; its options are {', '.join(sorted(self.defaults))}"
-            )
-        self.name = name
-        self.options: dict[str, Any] = {**self.defaults, **options}
-        self.shared_policy = shared_policy
-        self.structure = self._structure()
-
-    def require_positive_ints(self, *keys: str) -> None:
-        """Options that must be integers >= 1 (one-line error naming the option otherwise)."""
-        for key in keys:
-            value = self.options[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UsageError(f"space {self.name!r}: option {key!r} must be a positive integer, got {value!r}")
-
-    @abstractmethod
-    def _structure(self) -> SpaceStructure:
-        """The pure structure (op names per prefix/candidate/suffix layer)."""
+    @classmethod
+    def space_class(cls) -> type[SearchSpace]:
+        """A torch space is its own (a subclass of a preset's space registered under a name stays itself)."""
+        return cls
 
     @abstractmethod
     def make_layer(self, layer: int) -> SpaceLayer:
@@ -133,34 +113,22 @@ class SearchSpace(ABC):
     def loss(self, output: State, batch: Batch) -> torch.Tensor:
         """Scalar training loss of the last layer's output."""
 
-    def layer_cost(self, layer: int) -> float:
-        """A device-free cost estimate (parameter count + 1) used when no profile is given."""
-        return 1.0 + float(self.layer_tensors(layer)[0])
+    def tensor_sizes(self, layer: int) -> TensorSizes:
+        """A space without analytic sizes is measured (:meth:`meta_tensor_sizes`)."""
+        return self.meta_tensor_sizes(layer)
 
-    def layer_tensors(self, layer: int) -> tuple[int, int]:
-        """``(parameter elements, bytes of parameters and buffers)`` of a layer, from its shapes alone.
-
-        The layer is constructed on torch's ``meta`` device, so nothing is allocated: a layer too
-        large for memory can be refused (with its size) before any process tries to build it.
-        Layers with the same :meth:`shape_key` share one estimate.
-        """
-        cache: dict[Hashable, tuple[int, int]] = self.__dict__.setdefault("_tensor_sizes", {})
-        key = self.shape_key(layer)
-        if key not in cache:
-            try:
-                with torch.random.fork_rng(devices=[]), torch.device("meta"):
-                    module = self.make_layer(layer)
-            except RuntimeError as exc:  # e.g. "Storage size calculation overflowed"
-                raise UsageError(f"space {self.name!r}: layer {layer} ({self.structure.op_name(layer)}) "
-                                 f"is too large to build ({exc})") from None
-            params = sum(p.numel() for p in module.parameters())
-            size = sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
-            cache[key] = (params, size)
-        return cache[key]
-
-    def shape_key(self, layer: int) -> Hashable:
-        """Layers with equal keys have equal tensor shapes (default: none share); spaces override it."""
-        return layer
+    def meta_tensor_sizes(self, layer: int) -> TensorSizes:
+        """Measured on the layer built on torch's ``meta`` device (shapes only, nothing allocated): the
+        reference the shapes' analytic sizes are tested against."""
+        try:
+            with torch.random.fork_rng(devices=[]), torch.device("meta"):
+                module = self.make_layer(layer)
+        except RuntimeError as exc:  # e.g. "Storage size calculation overflowed"
+            raise UsageError(f"space {self.name!r}: layer {layer} ({self.structure.op_name(layer)}) "
+                             f"is too large to build ({exc})") from None
+        params = sum(p.numel() for p in module.parameters())
+        size = sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
+        return TensorSizes(params, size)
 
     def build_layer(self, layer: int, seed: int) -> SpaceLayer:
         """Layer ``layer`` initialised from (seed, layer) alone; frozen if not trainable."""

@@ -29,8 +29,6 @@ with the ImageNet channel mean and standard deviation.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
-from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -39,10 +37,9 @@ from torch import nn
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
+from naspipe.space.cv_shape import IMAGE_OPS, CvShape
 from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
-from naspipe.space.ops.vision import IMAGE_OPS, image_op_macs, make_image_op
-from naspipe.space.registry import register_preset
-from naspipe.space.structure import SpaceStructure
+from naspipe.space.ops.vision import make_image_op
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -93,65 +90,8 @@ class Classifier(SpaceLayer):
         return (self.fc(F.relu(x).mean(dim=(2, 3))),)
 
 
-class CvSpace(SearchSpace):
-    defaults: ClassVar[dict[str, Any]] = {
-        "blocks": 6,
-        "candidates": 6,
-        "channels": 8,
-        "image_size": 16,
-        "stem_stride": 1,
-        "reductions": 1,
-        "classes": 10,
-        "batch_size": 8,
-        "dropout": 0.0,
-        "bn_momentum": 0.1,
-        "noise": 0.5,
-        "data": None,
-        "split": "train",
-    }
-
-    def _structure(self) -> SpaceStructure:
-        o = self.options
-        self.require_positive_ints(
-            "blocks", "candidates", "channels", "image_size", "stem_stride", "classes", "batch_size"
-        )
-        stride = o["stem_stride"]
-        if stride & (stride - 1):
-            raise UsageError(f"space {self.name!r}: option 'stem_stride' must be a power of 2, got {stride}")
-        if not isinstance(o["reductions"], int) or not 0 <= o["reductions"] < o["blocks"]:
-            raise UsageError(
-                f"space {self.name!r}: option 'reductions' must be an integer in [0, blocks), got {o['reductions']!r}"
-            )
-        if o["channels"] % 2:
-            raise UsageError(f"space {self.name!r}: option 'channels' must be even, got {o['channels']}")
-        if not 0.0 <= float(o["dropout"]) < 1.0:
-            raise UsageError(f"space {self.name!r}: option 'dropout' must be in [0, 1), got {o['dropout']!r}")
-        ops = [IMAGE_OPS[c % len(IMAGE_OPS)] for c in range(o["candidates"])]
-        reduce_at = self.reduction_blocks
-        blocks = tuple(tuple(("reduce." if b in reduce_at else "") + op for op in ops) for b in range(o["blocks"]))
-        return SpaceStructure(self.name, ("stem",), blocks, ("classifier",), self.shared_policy)
-
-    @property
-    def reduction_blocks(self) -> frozenset[int]:
-        o = self.options
-        return frozenset((i + 1) * o["blocks"] // (o["reductions"] + 1) for i in range(o["reductions"]))
-
-    def block_shape(self, block: int) -> tuple[int, int, int, int]:
-        """``(c_in, c_out, stride, input_size)`` of choice block ``block``."""
-        o = self.options
-        c, size = o["channels"], math.ceil(o["image_size"] / o["stem_stride"])
-        reduce_at = self.reduction_blocks
-        for b in range(block):
-            if b in reduce_at:
-                c, size = 2 * c, math.ceil(size / 2)
-        if block in reduce_at:
-            return c, 2 * c, 2, size
-        return c, c, 1, size
-
-    def shape_key(self, layer: int) -> Hashable:
-        """Op name and, inside a choice block, the block's channels, stride and input size."""
-        op, block = self.structure.op_name(layer), self.structure.block_of(layer)
-        return op if block is None else (op, self.block_shape(block))
+class CvSpace(CvShape, SearchSpace):
+    """The CV space's layers, batches and loss; options, structure, costs and sizes are :class:`CvShape`'s."""
 
     def make_layer(self, layer: int) -> SpaceLayer:
         o, s = self.options, self.structure
@@ -168,32 +108,6 @@ class CvSpace(SearchSpace):
         return ChoiceBlock(
             op.removeprefix("reduce."), c_in, c_out, stride, float(o["dropout"]), float(o["bn_momentum"])
         )
-
-    def layer_cost(self, layer: int) -> float:
-        """Forward multiply-accumulates per batch (no layer is built)."""
-        o = self.options
-        op = self.structure.op_name(layer)
-        if op == "stem":
-            size, c = o["image_size"], o["channels"]
-            macs, first = 0.0, True
-            stride = o["stem_stride"]
-            while True:
-                step = 2 if stride > 1 else 1
-                size = math.ceil(size / step)
-                macs += 9.0 * (3 if first else c) * c * size * size
-                first, stride = False, stride // 2
-                if stride <= 1:
-                    break
-        elif op == "classifier":
-            c_last = o["channels"] * 2 ** o["reductions"]
-            macs = float(c_last * o["classes"])
-        else:
-            block = self.structure.block_of(layer)
-            if block is None:
-                raise ValueError(f"layer {layer} ({op!r}) is neither a prefix/suffix layer nor in a choice block")
-            c_in, c_out, stride, size = self.block_shape(block)
-            macs = image_op_macs(op.removeprefix("reduce."), c_in, c_out, stride, size, size)
-        return 1.0 + o["batch_size"] * macs
 
     # -- data ---------------------------------------------------------------------------------
     def _synthetic_batch(self, step: int, seed: int) -> Batch:
@@ -261,24 +175,5 @@ class CvSpace(SearchSpace):
         (labels,) = batch.targets
         return (logits.argmax(-1) == labels.to(logits.device)).float().mean()
 
-
-# The paper's spaces (NASPipe Table 2): 32 blocks x 48/24/12 candidates on 224 x 224 ImageNet
-# crops (Table 5's input size), batch 32. The paper gives whole-supernet sizes ("Para." of
-# GPipe: CV.c1/c2/c3 = 7.4B/3.8B/1.7B parameters) but not the width; the stem width
-# ``channels`` is fitted per preset so that these AmoebaNet ops give those sizes
-# (7.14B/3.70B/1.71B, within 4%; tests/test_sim_presets.py checks 15%). One width cannot fit
-# all three: c3's 12 candidates repeat the heaviest ops (the 10 ops cycle), so it is
-# relatively larger than 1/4 of c1.
-_FULL = {
-    "blocks": 32,
-    "image_size": 224,
-    "stem_stride": 8,
-    "reductions": 2,
-    "classes": 1000,
-    "batch_size": 32,
-}
-register_preset("cv.tiny", CvSpace, {})
-for _name, _candidates, _channels in (("cv.c1", 48, 480), ("cv.c2", 24, 496), ("cv.c3", 12, 448)):
-    register_preset(_name, CvSpace, {**_FULL, "candidates": _candidates, "channels": _channels})
 
 __all__ = ["IMAGE_OPS", "CvSpace"]

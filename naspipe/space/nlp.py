@@ -38,8 +38,6 @@ cross-entropy over non-pad target tokens.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
-from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -47,13 +45,9 @@ from torch import nn
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
+from naspipe.space.nlp_shape import BOS, EOS, FIRST_WORD, PAD, UNK, NlpShape
 from naspipe.space.ops.common import dropout, label_smoothed_cross_entropy
-from naspipe.space.ops.seq import SEQ_OPS, CrossAttention, make_seq_op, parse_seq_op, seq_op_macs
-from naspipe.space.registry import register_preset
-from naspipe.space.structure import SpaceStructure
-
-BOS, PAD, EOS, UNK = 0, 1, 2, 3
-FIRST_WORD = 4  # first id of an ordinary token
+from naspipe.space.ops.seq import SEQ_OPS, CrossAttention, make_seq_op
 
 
 def sinusoid_positions(length: int, dim: int) -> torch.Tensor:
@@ -135,61 +129,8 @@ class OutputProjection(SpaceLayer):
         return (self.proj(self.norm(dec)),)
 
 
-class NlpSpace(SearchSpace):
-    defaults: ClassVar[dict[str, Any]] = {
-        "blocks": 6,
-        "candidates": 8,
-        "dim": 32,
-        "cross_heads": 4,
-        "vocab": 48,
-        "seq_len": 12,
-        "batch_size": 8,
-        "dropout": 0.1,
-        "label_smoothing": 0.1,
-        "data": None,
-        "split": "train",
-    }
-
-    def _structure(self) -> SpaceStructure:
-        o = self.options
-        self.require_positive_ints("blocks", "candidates", "dim", "cross_heads", "vocab", "seq_len", "batch_size")
-        if o["blocks"] < 2:
-            raise UsageError(
-                f"space {self.name!r}: option 'blocks' must be >= 2 (encoder and decoder), got {o['blocks']}"
-            )
-        if o["seq_len"] < 3:
-            raise UsageError(f"space {self.name!r}: option 'seq_len' must be >= 3, got {o['seq_len']}")
-        if o["vocab"] <= FIRST_WORD + 1:
-            raise UsageError(f"space {self.name!r}: option 'vocab' must be > {FIRST_WORD + 1}, got {o['vocab']}")
-        if not 0.0 <= float(o["dropout"]) < 1.0:
-            raise UsageError(f"space {self.name!r}: option 'dropout' must be in [0, 1), got {o['dropout']!r}")
-        if not 0.0 <= float(o["label_smoothing"]) < 1.0:
-            raise UsageError(
-                f"space {self.name!r}: option 'label_smoothing' must be in [0, 1), got {o['label_smoothing']!r}"
-            )
-        ops = [SEQ_OPS[c % len(SEQ_OPS)] for c in range(o["candidates"])]
-        for op in ops:  # divisibility (attention heads, lightweight-conv sharing)
-            family, args = parse_seq_op(op)
-            need = args.get("heads") or args.get("share") or 1
-            if o["dim"] % need:
-                raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by {need} for {op}")
-        if o["dim"] % o["cross_heads"]:
-            raise UsageError(f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'cross_heads'")
-        if o["dim"] % 2:
-            raise UsageError(f"space {self.name!r}: option 'dim' must be even, got {o['dim']}")
-        n_enc = self.encoder_blocks
-        blocks = tuple(
-            tuple(("enc." if b < n_enc else "dec.") + op for op in ops) for b in range(o["blocks"])
-        )
-        return SpaceStructure(self.name, ("embedding",), blocks, ("output",), self.shared_policy)
-
-    @property
-    def encoder_blocks(self) -> int:
-        return self.options["blocks"] // 2
-
-    def shape_key(self, layer: int) -> Hashable:
-        """A layer's shapes follow from its op name (the options are fixed for the space)."""
-        return self.structure.op_name(layer)
+class NlpSpace(NlpShape, SearchSpace):
+    """The NLP space's layers, batches and loss; options, structure, costs and sizes are :class:`NlpShape`'s."""
 
     def make_layer(self, layer: int) -> SpaceLayer:
         o, s = self.options, self.structure
@@ -203,22 +144,6 @@ class NlpSpace(SearchSpace):
         if role == "enc":
             return EncoderBlock(name, o["dim"], p)
         return DecoderBlock(name, o["dim"], o["cross_heads"], p)
-
-    def layer_cost(self, layer: int) -> float:
-        """Forward multiply-accumulates per batch (no layer is built)."""
-        o = self.options
-        d, t, v, b = o["dim"], o["seq_len"], o["vocab"], o["batch_size"]
-        op = self.structure.op_name(layer)
-        if op == "embedding":
-            macs = 2.0 * t * d
-        elif op == "output":
-            macs = float(t * d * v)
-        else:
-            role, name = op.split(".", 1)
-            macs = seq_op_macs(name, d, t)
-            if role == "dec":
-                macs += 4.0 * d * d * t + 2.0 * t * t * d
-        return 1.0 + b * macs
 
     # -- data ---------------------------------------------------------------------------------
     def _synthetic_batch(self, step: int, seed: int) -> Batch:
@@ -312,18 +237,4 @@ class NlpSpace(SearchSpace):
         return hits.sum().float() / keep.sum().clamp(min=1).float()
 
 
-# The paper's spaces (NASPipe Table 2): 48 blocks (24 encoder, 24 decoder) x 96/72/48/24
-# candidates, WMT14 En-De, sequences of 64 tokens, batch 32. The paper states no vocabulary; the
-# authors' artifact (hku-systems/naspipe, throughput/translation/main_with_runtime.py) declares
-# NASPipe's logits 33,712 wide (its joined WMT14 En-De dictionary), and its throughput runs feed
-# 64-token sentences (throughput/runtime.py: a 32-token pattern repeated twice).
-# The paper gives whole-supernet sizes ("Para." of GPipe: NLP.c1/c2/c3 = 14.8B/10.8B/5.8B
-# parameters) but not the model width; ``dim`` = 992 makes these Evolved-Transformer ops give
-# 16.0B/10.7B/5.4B (within 9%; tests/test_sim_presets.py checks 15%), 992 being divisible by
-# every head and weight-sharing count (16). nlp.c0 (96 candidates) is then 21.3B.
-_FULL = {"blocks": 48, "dim": 992, "cross_heads": 8, "vocab": 33712, "seq_len": 64, "batch_size": 32}
-register_preset("nlp.tiny", NlpSpace, {})
-for _name, _candidates in (("nlp.c0", 96), ("nlp.c1", 72), ("nlp.c2", 48), ("nlp.c3", 24)):
-    register_preset(_name, NlpSpace, {**_FULL, "candidates": _candidates})
-
-__all__ = ["BOS", "EOS", "PAD", "UNK", "NlpSpace", "SEQ_OPS"]
+__all__ = ["BOS", "EOS", "FIRST_WORD", "PAD", "SEQ_OPS", "UNK", "NlpSpace"]

@@ -1,28 +1,33 @@
 """The preset registry: ``make_space("toy", {"blocks": 8})`` builds a space by name.
 
-Each entry maps a preset name to a space class and the options that preset fixes; user
-options (``--set space.KEY=VALUE``) override the preset's.
+Each entry maps a preset name to a space's shape class and the options that preset fixes;
+user options (``--set space.KEY=VALUE``) override the preset's. The registry and the shapes
+are torch-free: :func:`make_shape` gives what planning and the simulator need without torch,
+:func:`make_space` the torch space of the same shape (its layers, batches and loss).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from naspipe.errors import UsageError
-from naspipe.space.base import SearchSpace
 from naspipe.space.structure import SHARED_POLICIES
-from naspipe.space.toy import ToySpace
+from naspipe.space.toy_shape import ToyShape
 
-SpaceFactory = Callable[[str, Mapping[str, Any], str], SearchSpace]
+if TYPE_CHECKING:
+    from naspipe.space.base import SearchSpace
+    from naspipe.space.shape import SpaceShape
 
-# name -> (class, preset options)
-PRESETS: dict[str, tuple[type[SearchSpace], dict[str, Any]]] = {
-    "toy": (ToySpace, {}),
+# name -> (shape class, or a torch space class registered directly; preset options)
+PRESETS: dict[str, tuple[type[SpaceShape], dict[str, Any]]] = {
+    "toy": (ToyShape, {}),
 }
+_SHAPE_MODULES = ("naspipe.space.nlp_shape", "naspipe.space.cv_shape")
 
 
-def register_preset(name: str, cls: type[SearchSpace], options: Mapping[str, Any]) -> None:
+def register_preset(name: str, cls: type[SpaceShape], options: Mapping[str, Any]) -> None:
     PRESETS[name] = (cls, dict(options))
 
 
@@ -31,21 +36,30 @@ def space_names() -> tuple[str, ...]:
     return tuple(sorted(PRESETS))
 
 
+def make_shape(name: str, options: Mapping[str, Any] | None = None, shared_policy: str = "frozen") -> SpaceShape:
+    """The space ``name`` without its layers (no torch): options checked, structure, costs and sizes."""
+    cls, preset = _preset(name, shared_policy)
+    return cls(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
+
+
 def make_space(name: str, options: Mapping[str, Any] | None = None, shared_policy: str = "frozen") -> SearchSpace:
+    """The space ``name`` with its layers (imports torch)."""
+    cls, preset = _preset(name, shared_policy)
+    return cls.space_class()(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
+
+
+def _preset(name: str, shared_policy: str) -> tuple[type[SpaceShape], dict[str, Any]]:
     _load_extra_spaces()
     if name not in PRESETS:
         raise UsageError(f"unknown space {name!r}; choose one of {', '.join(sorted(PRESETS))}")
     if shared_policy not in SHARED_POLICIES:
         raise UsageError(f"unknown shared_policy {shared_policy!r}; choose one of {', '.join(SHARED_POLICIES)}")
-    cls, preset = PRESETS[name]
-    return cls(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
+    return PRESETS[name]
 
 
 def _load_extra_spaces() -> None:
-    """Import the optional space modules, which register their presets on import."""
-    import importlib
-
-    for module in ("naspipe.space.nlp", "naspipe.space.cv"):
+    """Import the optional space shapes, which register their presets on import."""
+    for module in _SHAPE_MODULES:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -53,4 +67,4 @@ def _load_extra_spaces() -> None:
                 raise
 
 
-__all__ = ["PRESETS", "make_space", "register_preset", "space_names"]
+__all__ = ["PRESETS", "make_shape", "make_space", "register_preset", "space_names"]

@@ -11,8 +11,6 @@ steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
-from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +19,7 @@ from torch import nn
 from naspipe.errors import UsageError
 from naspipe.seeding import derive_seed
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State, seeded_dropout
-from naspipe.space.structure import SpaceStructure
-
-TOY_OPS = ("mlp", "attention", "conv3")
+from naspipe.space.toy_shape import TOY_OPS, ToyShape
 
 
 class Embedding(SpaceLayer):
@@ -96,33 +92,8 @@ class Head(SpaceLayer):
         return (self.proj(self.norm(x)),)
 
 
-class ToySpace(SearchSpace):
-    defaults: ClassVar[dict[str, Any]] = {
-        "blocks": 8,
-        "candidates": 4,
-        "dim": 32,
-        "heads": 4,
-        "vocab": 64,
-        "seq_len": 16,
-        "batch_size": 8,
-        "dropout": 0.1,
-    }
-
-    def _structure(self) -> SpaceStructure:
-        o = self.options
-        self.require_positive_ints("blocks", "candidates", "dim", "heads", "vocab", "seq_len", "batch_size")
-        if isinstance(o["dropout"], bool) or not isinstance(o["dropout"], (int, float)) or not 0 <= o["dropout"] < 1:
-            raise UsageError(f"space {self.name!r}: option 'dropout' must be a number in [0, 1), got {o['dropout']!r}")
-        if o["dim"] % o["heads"]:
-            raise UsageError(
-                f"space {self.name!r}: option 'dim' ({o['dim']}) must be divisible by 'heads' ({o['heads']})"
-            )
-        block = tuple(TOY_OPS[c % len(TOY_OPS)] for c in range(o["candidates"]))
-        return SpaceStructure(self.name, ("embedding",), (block,) * o["blocks"], ("head",), self.shared_policy)
-
-    def shape_key(self, layer: int) -> Hashable:
-        """A layer's shapes follow from its op name (the options are fixed for the space)."""
-        return self.structure.op_name(layer)
+class ToySpace(ToyShape, SearchSpace):
+    """The toy space's layers, batches and loss; options, structure and sizes are :class:`ToyShape`'s."""
 
     def make_layer(self, layer: int) -> SpaceLayer:
         o, op = self.options, self.structure.op_name(layer)
@@ -148,3 +119,6 @@ class ToySpace(SearchSpace):
         (logits,) = output
         (targets,) = batch.targets
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+__all__ = ["TOY_OPS", "ToySpace"]

@@ -21,19 +21,7 @@ from torch import nn
 from naspipe.errors import UsageError
 from naspipe.space.base import LayerContext
 from naspipe.space.ops.common import BatchNorm
-
-IMAGE_OPS: tuple[str, ...] = (
-    "conv3x3",
-    "sep3x3",
-    "maxpool3x3",
-    "dil3x3",
-    "identity",
-    "avgpool3x3",
-    "sep5x5",
-    "conv1x7_7x1",
-    "dil5x5",
-    "sep7x7",
-)
+from naspipe.space.ops.vision_sizes import IMAGE_OPS, image_op_macs, image_op_sizes
 
 
 class ReLUConvBN(nn.Module):
@@ -128,18 +116,4 @@ def make_image_op(name: str, c_in: int, c_out: int, stride: int, bn_momentum: fl
     raise UsageError(f"unknown image operation {name!r}; choose one of {', '.join(IMAGE_OPS)}")
 
 
-def image_op_macs(name: str, c_in: int, c_out: int, stride: int, height: int, width: int) -> float:
-    """Multiply-accumulates per image of the op (forward), for analytic layer costs."""
-    out_pixels = ((height + stride - 1) // stride) * ((width + stride - 1) // stride)
-    if name == "conv3x3":
-        return 9.0 * c_in * c_out * out_pixels
-    if name.startswith(("sep", "dil")):
-        k = int(name[3])
-        return float((k * k * c_in + c_in * c_out) * out_pixels)
-    if name == "conv1x7_7x1":
-        return float(7 * c_in * c_out * height * ((width + stride - 1) // stride) + 7 * c_out * c_out * out_pixels)
-    if name.endswith("pool3x3"):
-        return float(9 * c_in * out_pixels + (c_in * c_out * out_pixels if c_in != c_out else 0))
-    if stride == 1 and c_in == c_out:
-        return float(c_in * out_pixels)
-    return float(c_in * c_out * out_pixels)
+__all__ = ["IMAGE_OPS", "image_op_macs", "image_op_sizes", "make_image_op"]
