@@ -72,9 +72,10 @@ def test_a_failed_run_also_stops_its_forkserver(tmp_path: Path, monkeypatch: pyt
         os.waitpid(served[0], os.WNOHANG)
 
 
-def _imported_by_make_deterministic(tmp_path: Path, preload: bool) -> list[str]:
-    """The modules ``make_deterministic`` (each stage's first call) imports in a fresh interpreter that has
-    imported this runtime, and with ``preload`` the forkserver's other preloads too."""
+def _imported_by_stage_set_up(tmp_path: Path, preload: bool) -> list[str]:
+    """The modules a stage's set-up imports (``make_deterministic``, then an optimizer as
+    ``naspipe.runtime.optim`` makes one) in a fresh interpreter that has imported this runtime, and with
+    ``preload`` the forkserver's other preloads too."""
     script = (
         "import json, sys, torch\n"
         "from naspipe.runtime.launch import FORKSERVER_PRELOAD\n"
@@ -83,6 +84,7 @@ def _imported_by_make_deterministic(tmp_path: Path, preload: bool) -> list[str]:
         "    __import__(name)\n"
         "base = set(sys.modules)\n"
         "make_deterministic(1, torch.device('cpu'))\n"
+        "torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1, foreach=False)\n"
         "print(json.dumps(sorted(set(sys.modules) - base)))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path,
@@ -92,10 +94,10 @@ def _imported_by_make_deterministic(tmp_path: Path, preload: bool) -> list[str]:
 
 def test_the_forkserver_preloads_what_a_stage_would_import(tmp_path: Path) -> None:
     """Each stage is a fork of the forkserver: a module the stage imports after the fork is imported once
-    per stage (``torch.use_deterministic_algorithms`` pulls in torch._inductor, torch._dynamo and sympy,
-    ~800 modules, ~1.2 CPU s each time). Every extra preload is one a stage would import (else it is dead
-    weight in the forkserver), and after the preloads the stage's set-up imports none of them."""
-    bare = _imported_by_make_deterministic(tmp_path, preload=False)
+    per stage (torch._dynamo with sympy: ~800 modules, ~1.2 CPU s each time). Every extra preload is one a
+    stage's set-up would import (else it is dead weight in the forkserver), and after the preloads the
+    set-up imports none of the heavy modules."""
+    bare = _imported_by_stage_set_up(tmp_path, preload=False)
     assert set(launch.FORKSERVER_PRELOAD[1:]) <= set(bare)
-    preloaded = _imported_by_make_deterministic(tmp_path, preload=True)
+    preloaded = _imported_by_stage_set_up(tmp_path, preload=True)
     assert not [m for m in preloaded if m.startswith(("torch._dynamo", "torch._inductor", "sympy"))], preloaded
