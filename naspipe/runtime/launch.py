@@ -55,6 +55,12 @@ START_METHOD = "forkserver"
 NO_CUDA = "config key 'device': 'cuda' requested but no CUDA device is available"
 
 
+# What every stage imports, imported once in the forkserver so that each fork inherits it: this module
+# (torch with it), and torch._dynamo, which torch.optim imports when a stage builds its first optimizer
+# (``Optimizer.add_param_group`` is wrapped by ``torch._disable_dynamo``): with sympy and mpmath ~800
+# modules, about 1.2 CPU s that each stage paid again (docs/runtime-overhead.md, "Stage processes: CPU
+# and what time(1) sees"; tests/test_runtime_accounting.py says when a preload is no longer needed).
+FORKSERVER_PRELOAD = ("naspipe.runtime.launch", "torch._dynamo")
 NO_SPACE_EXIT = 28  # a stage's exit status when its disk is full (ENOSPC): the launcher says so in one line
 
 
@@ -65,7 +71,7 @@ def _start_forkserver() -> None:
     with a KeyboardInterrupt traceback in the run's log. The blocked mask is inherited by the
     server (which then ignores SIGINT itself); a Ctrl-C meanwhile stays pending for the launcher.
     """
-    mp.set_forkserver_preload(["naspipe.runtime.launch"])
+    mp.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     mp_resource_tracker.ensure_running()  # first: starting it unblocks SIGINT again
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
@@ -164,6 +170,23 @@ def _spawn_stages(job: Job, work_dir: Path, checkpoint: Path | None, lock: runlo
                 lifecycle.stop(p.pid for p in context.processes)
             lifecycle.cut(writer, stages)
             line.reader.close()
+            _account_stages(context)
+
+
+def _account_stages(context: Any) -> None:
+    """Bring the stages' CPU time into this process's ``RUSAGE_CHILDREN``, where ``time(1)`` reads it.
+
+    The stages are the forkserver's children: it reaps them (and reports their exit status: the
+    joins below wait for that), then stops when told and is reaped here (:func:`lifecycle.stop_forkserver`).
+    Without ``context`` the start itself was interrupted (say Ctrl-C while the forkserver imports torch):
+    a stage already forked is stopped by its lifeline, and the forkserver is killed rather than waited for.
+    """
+    if context is None:
+        lifecycle.stop_forkserver(grace_s=0.0)
+        return
+    for process in context.processes:
+        process.join(lifecycle.STOP_GRACE_S)
+    lifecycle.stop_forkserver()
 
 
 def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: list[int], work_dir: Path) -> str:

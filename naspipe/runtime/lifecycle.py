@@ -16,6 +16,11 @@ the end. Three mechanisms close that gap:
   By pid, because when the forkserver itself has died multiprocessing reports every stage as
   exited (code 255) while they are still running.
 
+The forkserver is also what reaps the stages, so their CPU time (``RUSAGE_CHILDREN``) lands in
+the forkserver's account, and reaches the launcher (and ``/usr/bin/time``, which reads the
+launcher's) only when the launcher waits for the forkserver: :func:`stop_forkserver`, at the end
+of every local multi-stage run, success or not.
+
 Under torchrun or srun each process is one stage and the launcher there owns teardown; the
 stage keeps the default SIGTERM action (immediate, non-zero exit).
 
@@ -32,6 +37,7 @@ nothing changes: a ``nohup naspipe train ... &`` outlives its shell, as a user e
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
@@ -44,8 +50,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import Pipe
+from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import util as mp_util
 from multiprocessing.connection import Connection
 from types import FrameType
+from typing import Any
 
 DIE_WITH_ENV = "NASPIPE_DIE_WITH"
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -119,11 +128,13 @@ class Lifeline:
             told = self.reader.recv_bytes() == STOPPING  # the launcher writes only when it stops the run itself
         except (EOFError, OSError):
             told = False
-        if not told:  # the launcher vanished (killed): say so; when it stops the run it says why itself
+        if not told:  # the launcher vanished (killed): say so and clean up for it; when it stops the run it
+            # says why and removes its temp dirs itself (removing them here too raced its exit handlers, whose
+            # rmtree of multiprocessing's temp dir then printed a traceback)
             sys.stderr.write(f"naspipe: stage {stage}: the launcher (pid {self.launcher_pid}) is gone; stopping\n")
             sys.stderr.flush()
-        for path in self.cleanup:
-            shutil.rmtree(path, ignore_errors=True)
+            for path in self.cleanup:
+                shutil.rmtree(path, ignore_errors=True)
         os._exit(ORPHANED_EXIT)
 
 
@@ -171,6 +182,48 @@ def stop(pids: Iterable[int], grace_s: float = STOP_GRACE_S) -> None:
         deadline = time.monotonic() + wait
         while any(alive(p) for p in live) and time.monotonic() < deadline:
             time.sleep(0.02)
+
+
+def stop_forkserver(grace_s: float = STOP_GRACE_S) -> None:
+    """Stop multiprocessing's forkserver and wait for it, so that the CPU time of the stages it reaped
+    reaches this process's ``RUSAGE_CHILDREN`` (and ``time(1)``). Call once the stages have ended.
+
+    Like the stdlib's private ``ForkServer._stop``, but bounded: closing our end of the "alive" pipe
+    makes the server exit once no stage holds it; one that does not within ``grace_s`` is killed
+    (its reaped stages' CPU is then lost to the account, never the run). The next run starts a new one.
+    """
+    server: Any = mp_forkserver._forkserver  # the stdlib's one instance; its fields are not in the type stubs
+    with server._lock:
+        pid, fd, address = server._forkserver_pid, server._forkserver_alive_fd, server._forkserver_address
+        if pid is None:
+            return
+        server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
+        if fd is not None:
+            os.close(fd)
+        if not _reaped(pid, grace_s):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _reaped(pid, None)
+        if address and not mp_util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+
+
+def _reaped(pid: int, timeout_s: float | None) -> bool:
+    """Wait for our child ``pid`` (at most ``timeout_s``; None: for good); whether it was reaped."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        except ChildProcessError:  # not ours, or reaped already
+            return True
+        if done:
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 def die_with_env_process() -> None:

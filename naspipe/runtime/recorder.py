@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -206,8 +207,17 @@ class Recorder:
         self.logs.close()
         span, cpu = self._end if self._end is not None else (self.now(), time.process_time() - self._cpu0)
         # loop_cpu_s: this process's CPU time (all its threads) over the span, less sensitive to load
-        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped), "loop_cpu_s": cpu}
+        # process_cpu_s: everything this process has spent so far (start-up, building, the loop): what a
+        # stage costs the machine, which loop_cpu_s leaves out
+        extra = {**extra, "trace_dropped": float(self.logs.trace_dropped), "loop_cpu_s": cpu,
+                 "process_cpu_s": _process_cpu_s()}
         return StageReport(
             stage=self.stage, layer_hashes=hashes, seconds={c: self.seconds.get(c, 0.0) for c in CATEGORIES},
             span_s=span, tasks=self.tasks, extra=extra,
         )
+
+
+def _process_cpu_s() -> float:
+    """User + system CPU seconds of this process (all its threads) since it started."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
