@@ -181,6 +181,7 @@ class CSPLookahead:
         # _tracked has written. For each registered subnet, the predecessors not known to have written:
         self._synced = start
         self._tracked: set[int] = set()
+        self._seen = (-1, -1)  # (registered, unwritten subnets) at the last sync: unchanged, nothing wrote
         self._blocking: dict[int, int] = {}  # subnet -> how many (absent: none; the subnet is in _zeros)
         self._followers: dict[int, list[int]] = {}  # unwritten subnet -> registered subnets it blocks
         self._zeros: list[int] = []  # registered subnets none blocks, in id order
@@ -220,7 +221,14 @@ class CSPLookahead:
         self._next = y
 
     def _sync(self, unwritten: dict[int, int], registered: int) -> None:
-        """Catch up with the live writes: a registered subnet has written once it left ``unwritten``."""
+        """Catch up with the live writes: a registered subnet has written once it left ``unwritten``.
+
+        Only registering adds to ``unwritten`` (and raises ``registered``), only a write removes from it:
+        with both sizes unchanged since the last call (two tasks in three), there is nothing to do."""
+        seen = (registered, len(unwritten))
+        if seen == self._seen:
+            return
+        self._seen = seen
         tracked = self._tracked
         for subnet in [x for x in tracked if x not in unwritten]:
             tracked.remove(subnet)
