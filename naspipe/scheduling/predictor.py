@@ -187,6 +187,10 @@ class CSPLookahead:
         self._zeros: list[int] = []  # registered subnets none blocks, in id order
         self._until_prune = self._PRUNE_EVERY
         self._end = 0  # the stream's end in the prediction running now
+        bounds, structure = policy.plan.partition.bounds, policy.plan.structure
+        here = range(bounds[self.stage], bounds[self.stage + 1])  # the versioned layers any subnet can run here
+        self._layer_count = sum(1 for lid in range(structure.num_layers)
+                                if structure.position_of(lid) in here and structure.is_trainable(lid))
 
     @staticmethod
     def supports(policy: StagePolicy) -> TypeGuard[CSP]:
@@ -297,6 +301,8 @@ class CSPLookahead:
         def write(subnet: int) -> None:
             """Every waiting subnet it blocked is one of its followers (it has not written live)."""
             written.add(subnet)
+            if hi > self._next:  # arrivals not registered yet wait too: register its followers among them
+                self._register_followers(subnet, min(hi, end))
             for other in followers.get(subnet, ()):
                 if other in waiting:
                     if ready(other):
@@ -366,7 +372,7 @@ class CSPLookahead:
                     waiting.add(subnet)
                 continue
             # A blocked arrival changes nothing but the waiting set: skip to the next ready one.
-            found = self._next_ready(next_arrival, end, ahead, written, ready)
+            found = self._next_ready(next_arrival, end, ahead, written, ready, registered)
             if found is None:  # every arrival left waits
                 next_arrival, hi = None, end
                 continue
@@ -376,7 +382,7 @@ class CSPLookahead:
         return out
 
     def _next_ready(self, first: int, end: int, ahead: set[int], written: set[int],
-                    ready: Callable[[int], bool]) -> int | None:
+                    ready: Callable[[int], bool], registered: int) -> int | None:
         """The first arrival from ``first`` on (below ``end``, not in ``ahead``) whose predecessors have
         all written, live (the registered subnets none blocks: ``_zeros``) or in the run-ahead (a
         follower of a subnet in ``written``); None when there is none before the stream's end."""
@@ -388,7 +394,7 @@ class CSPLookahead:
             if i < len(zeros):
                 best: int | None = zeros[i] if zeros[i] < end else None
                 break
-            if self._next >= end:
+            if self._next >= end or self._covered(written, registered):
                 best = None
                 break
             self.register_through(min(self._next + self._AHEAD, end - 1))
@@ -398,6 +404,27 @@ class CSPLookahead:
                 if first <= y < end and (best is None or y < best) and y not in ahead and ready(y):
                     best = y
         return best
+
+    def _covered(self, written: set[int], registered: int) -> bool:
+        """No subnet past the registered ones can be ready in this prediction, so registering further
+        (to the stream's end, 64 x 100,000 registrations at scale) is not needed: every layer of the stage
+        has a registered user that has not written live (``>= registered``) nor in the run-ahead (above
+        every subnet in ``written``). A later subnet's predecessors are those users or later ones. A
+        later write in the run-ahead registers its own followers (:meth:`_register_followers`)."""
+        last_user = self._last_user
+        if not last_user or len(last_user) < self._layer_count:
+            return False
+        low = min(last_user.values())
+        return low >= registered and (not written or low > max(written))
+
+    def _register_followers(self, subnet: int, limit: int) -> None:
+        """Register until every layer of ``subnet`` here has a later registered user (so its followers
+        below ``limit`` are all in ``_followers``), or through ``limit - 1``."""
+        if self._next <= subnet:
+            self.register_through(subnet)
+        last_user, layers = self._last_user, self._slices(subnet)[self.stage]
+        while self._next < limit and any(last_user[layer] == subnet for layer in layers):
+            self.register_through(min(self._next + self._AHEAD, limit - 1))
 
     def _ready_arrivals(self, need: int, first: int, written: set[int], unwritten: dict[int, int],
                         registered: int) -> list[int] | None:
@@ -414,7 +441,7 @@ class CSPLookahead:
             tail = [y for y in zeros[start:] if y not in ahead] if ahead else zeros[start:start + need]
             if len(tail) >= need and tail[need - 1] < end:
                 break
-            if self._next >= end:
+            if self._next >= end or self._covered(written, registered):
                 return None
             self.register_through(min(self._next + self._AHEAD, end - 1))
         if written:  # followers whose every blocker the run-ahead writes
