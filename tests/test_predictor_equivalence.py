@@ -119,3 +119,24 @@ def test_a_lookahead_made_mid_run_agrees() -> None:
             assert predict(policy, 8, n, running=task) == predict_by_copy(policy, 8, n, running=task)
 
     drive(plan, "csp", n, duration=_durations(2), on_start=look)
+
+
+def test_deep_pipelines_skip_blocked_arrivals_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many stages, a short horizon, a crowded space: most arrivals are blocked, so the lookahead skips
+    runs of them (up to the stream's end, leaving them all waiting) instead of walking them; a later write
+    in the same prediction must still release the skipped ones it unblocks. Both skips are counted, so the
+    test cannot pass without taking them."""
+    calls = {"found": 0, "to the end": 0}
+    original = CSPLookahead._next_ready
+
+    def counted(self: CSPLookahead, *args: object) -> int | None:
+        found = original(self, *args)  # type: ignore[arg-type]
+        calls["found" if found is not None else "to the end"] += 1
+        return found
+
+    monkeypatch.setattr(CSPLookahead, "_next_ready", counted)
+    for candidates, stages in ((2, 10), (3, 12)):
+        plan = make_plan(blocks=12, candidates=candidates, stages=stages, seed=candidates)
+        fast = _compare(plan, "csp", 70, (2, 5, 12), seed=candidates, options=PolicyOptions(max_inflight=stages))
+        assert fast == 3 * 70 * stages
+    assert calls["found"] > 0 and calls["to the end"] > 0

@@ -114,17 +114,24 @@ class DeviceCache:
     def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
         wanted = list(dict.fromkeys(layers))
         self._check_fits(wanted)
-        self._tick += 1
+        tick = self._tick = self._tick + 1
+        resident, in_flight, pins, last_use = self._resident, self._in_flight, self._pins, self._last_use
+        hits = late = 0
+        for layer in wanted:  # in flight implies held (_add puts a layer in both; evictions skip it)
+            if layer in in_flight:
+                late += 1
+            elif layer in resident:
+                hits += 1
+            pins[layer] = pins.get(layer, 0) + 1
+            last_use[layer] = tick
+        stats = self.stats
+        stats.uses += len(wanted)
+        stats.hits += hits
+        stats.late += late
         moves: list[Move] = []
-        for layer in wanted:
-            self.stats.uses += 1
-            self.stats.hits += self.is_resident(layer)
-            self.stats.late += layer in self._in_flight
-            self._pins[layer] = self._pins.get(layer, 0) + 1
-            self._last_use[layer] = self._tick
         next_use = None
         for layer in wanted:
-            if layer not in self._resident:
+            if layer not in resident:
                 if next_use is None:
                     next_use = _next_uses(upcoming)
                 moves += self._place(layer, next_use, before=None)

@@ -181,11 +181,16 @@ class CSPLookahead:
         # _tracked has written. For each registered subnet, the predecessors not known to have written:
         self._synced = start
         self._tracked: set[int] = set()
+        self._seen = (-1, -1)  # (registered, unwritten subnets) at the last sync: unchanged, nothing wrote
         self._blocking: dict[int, int] = {}  # subnet -> how many (absent: none; the subnet is in _zeros)
         self._followers: dict[int, list[int]] = {}  # unwritten subnet -> registered subnets it blocks
         self._zeros: list[int] = []  # registered subnets none blocks, in id order
         self._until_prune = self._PRUNE_EVERY
         self._end = 0  # the stream's end in the prediction running now
+        bounds, structure = policy.plan.partition.bounds, policy.plan.structure
+        here = range(bounds[self.stage], bounds[self.stage + 1])  # the versioned layers any subnet can run here
+        self._layer_count = sum(1 for lid in range(structure.num_layers)
+                                if structure.position_of(lid) in here and structure.is_trainable(lid))
 
     @staticmethod
     def supports(policy: StagePolicy) -> TypeGuard[CSP]:
@@ -220,7 +225,14 @@ class CSPLookahead:
         self._next = y
 
     def _sync(self, unwritten: dict[int, int], registered: int) -> None:
-        """Catch up with the live writes: a registered subnet has written once it left ``unwritten``."""
+        """Catch up with the live writes: a registered subnet has written once it left ``unwritten``.
+
+        Only registering adds to ``unwritten`` (and raises ``registered``), only a write removes from it:
+        with both sizes unchanged since the last call (two tasks in three), there is nothing to do."""
+        seen = (registered, len(unwritten))
+        if seen == self._seen:
+            return
+        self._seen = seen
         tracked = self._tracked
         for subnet in [x for x in tracked if x not in unwritten]:
             tracked.remove(subnet)
@@ -253,7 +265,13 @@ class CSPLookahead:
         self._until_prune = self._PRUNE_EVERY
 
     def take(self, horizon: int, end: int, running: Task | None) -> list[Task]:
-        """The next ``horizon`` tasks (the rules of :class:`_Lookahead`, CSP's decisions inlined)."""
+        """The next ``horizon`` tasks (the rules of :class:`_Lookahead`, CSP's decisions inlined).
+
+        Off stage 0 the run-ahead's arrivals are every subnet in ``[lo, hi)`` not already arrived
+        (``ahead``); those that were not ready then wait. They are not listed: a run of blocked
+        arrivals, up to the stream's end near the end of a run, is skipped in one step
+        (:meth:`_next_ready`), and a write looks only at its followers (none of which was ready
+        before it), so a prediction's cost does not grow with what is left of the stream."""
         live = self.policy
         self._end = end
         ready_u, ready_b, ready_f, waiting_live, unwritten, registered = live.lookahead_view()
@@ -261,14 +279,17 @@ class CSPLookahead:
         if self._until_prune <= 0:  # here, not while registering: a prediction holds indices into _zeros
             self._prune()
         ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
-        waiting = set(waiting_live)
+        waiting = set(waiting_live)  # arrived before this prediction, still blocked
         pending = live.awaiting_backward()
         written: set[int] = set()  # subnets the run-ahead updates
         stage, depth, is_first, is_last = self.stage, self.depth, live.is_first, live.is_last
         admitted, finished, cap = live.admitted, live.finished, live.options.max_inflight
         if waiting and self._next <= max(waiting):
             self.register_through(max(waiting))
-        preds = self.preds
+        preds, followers = self.preds, self._followers
+        ahead = live.overtaken()  # arrived already: not an arrival
+        next_arrival = next(live.pending_arrivals(end), None)
+        lo = hi = end if next_arrival is None else next_arrival
 
         def ready(subnet: int) -> bool:
             """All of ``subnet``'s predecessors here have written (live or in the run-ahead)."""
@@ -278,10 +299,17 @@ class CSPLookahead:
             return True
 
         def write(subnet: int) -> None:
+            """Every waiting subnet it blocked is one of its followers (it has not written live)."""
             written.add(subnet)
-            for other in [w for w in waiting if subnet in preds[w] and ready(w)]:
-                waiting.remove(other)
-                heappush(ready_f, other)
+            if hi > self._next:  # arrivals not registered yet wait too: register its followers among them
+                self._register_followers(subnet, min(hi, end))
+            for other in followers.get(subnet, ()):
+                if other in waiting:
+                    if ready(other):
+                        waiting.remove(other)
+                        heappush(ready_f, other)
+                elif lo <= other < hi and other not in ahead and ready(other):  # an arrival left waiting
+                    heappush(ready_f, other)
 
         if running is not None:
             kind, subnet, _ = running
@@ -295,8 +323,6 @@ class CSPLookahead:
             else:
                 write(subnet)
                 finished += 1
-        arrivals = live.pending_arrivals(end)
-        next_arrival = next(arrivals, None)
         out: list[Task] = []
         while len(out) < horizon:
             if ready_u:
@@ -320,59 +346,92 @@ class CSPLookahead:
                 continue
             arrival = next_arrival is not None and (not is_first or admitted - finished < cap)
             if arrival and not is_first and len(pending) + horizon - len(out) <= depth:
+                # Only arrivals can come (no backward is released before the horizon): read them.
                 assert next_arrival is not None
                 tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered)
                 if tail is not None:
                     out += [new_task((FORWARD, subnet, stage)) for subnet in tail]
                     break
-                next_arrival = self._forwards_only(out, horizon, arrivals, next_arrival, pending, waiting, ready)
-                continue
-            if pending and (len(pending) >= depth or not arrival):
+            elif pending and (len(pending) >= depth or not arrival):
                 lowest = min(pending)
                 pending.remove(lowest)
                 heappush(ready_b, lowest)
                 continue
             if not arrival:
                 break
-            subnet = next_arrival  # type: ignore[assignment]  # not None: arrival
-            next_arrival = next(arrivals, None)
-            admitted += 1
-            if self._next <= subnet:
-                self.register_through(subnet)
-            if ready(subnet):
-                heappush(ready_f, subnet)
-            else:
-                waiting.add(subnet)
+            assert next_arrival is not None
+            if is_first:  # admission counts every arrival: one at a time
+                subnet = next_arrival
+                next_arrival = _arrival_from(subnet + 1, end, ahead)
+                admitted += 1
+                if self._next <= subnet:
+                    self.register_through(subnet)
+                if ready(subnet):
+                    heappush(ready_f, subnet)
+                else:
+                    waiting.add(subnet)
+                continue
+            # A blocked arrival changes nothing but the waiting set: skip to the next ready one.
+            found = self._next_ready(next_arrival, end, ahead, written, ready, registered)
+            if found is None:  # every arrival left waits
+                next_arrival, hi = None, end
+                continue
+            heappush(ready_f, found)
+            next_arrival = _arrival_from(found + 1, end, ahead)
+            hi = end if next_arrival is None else next_arrival
         return out
 
-    def _forwards_only(self, out: list[Task], horizon: int, arrivals: Iterator[int], next_arrival: int | None,
-                       pending: list[int], waiting: set[int], ready: Callable[[int], bool]) -> int | None:
-        """The loop of :meth:`take` while it can only take arrivals (most stages, most of the time).
+    def _next_ready(self, first: int, end: int, ahead: set[int], written: set[int],
+                    ready: Callable[[int], bool], registered: int) -> int | None:
+        """The first arrival from ``first`` on (below ``end``, not in ``ahead``) whose predecessors have
+        all written, live (the registered subnets none blocks: ``_zeros``) or in the run-ahead (a
+        follower of a subnet in ``written``); None when there is none before the stream's end."""
+        zeros = self._zeros
+        while True:  # the first live-ready one, registering ahead until there is one (or the end)
+            i = bisect_left(zeros, first)
+            while i < len(zeros) and zeros[i] in ahead:
+                i += 1
+            if i < len(zeros):
+                best: int | None = zeros[i] if zeros[i] < end else None
+                break
+            if self._next >= end or self._covered(written, registered):
+                best = None
+                break
+            self.register_through(min(self._next + self._AHEAD, end - 1))
+        followers = self._followers
+        for writer in written:
+            for y in followers.get(writer, ()):
+                if first <= y < end and (best is None or y < best) and y not in ahead and ready(y):
+                    best = y
+        return best
 
-        Entered with nothing ready and fewer backwards pending than the stage's depth even after
-        every task still to predict has become one: no backward is released, so nothing is written
-        and each arrival is a forward now (:meth:`take`'s ready test) or waits for the rest of the
-        prediction. Returns the next arrival (None: the stream ended first; :meth:`take` goes on)."""
-        stage = self.stage
-        while next_arrival is not None:
-            subnet = next_arrival
-            if self._next <= subnet:
-                self.register_through(min(subnet + 32, self._end - 1))  # ahead in one call: the next arrivals too
-            if ready(subnet):
-                out.append(new_task((FORWARD, subnet, stage)))
-                pending.append(subnet)
-                if len(out) >= horizon:
-                    return next(arrivals, None)
-            else:
-                waiting.add(subnet)
-            next_arrival = next(arrivals, None)
-        return None
+    def _covered(self, written: set[int], registered: int) -> bool:
+        """No subnet past the registered ones can be ready in this prediction, so registering further
+        (to the stream's end, 64 x 100,000 registrations at scale) is not needed: every layer of the stage
+        has a registered user that has not written live (``>= registered``) nor in the run-ahead (above
+        every subnet in ``written``). A later subnet's predecessors are those users or later ones. A
+        later write in the run-ahead registers its own followers (:meth:`_register_followers`)."""
+        last_user = self._last_user
+        if not last_user or len(last_user) < self._layer_count:
+            return False
+        low = min(last_user.values())
+        return low >= registered and (not written or low > max(written))
+
+    def _register_followers(self, subnet: int, limit: int) -> None:
+        """Register until every layer of ``subnet`` here has a later registered user (so its followers
+        below ``limit`` are all in ``_followers``), or through ``limit - 1``."""
+        if self._next <= subnet:
+            self.register_through(subnet)
+        last_user, layers = self._last_user, self._slices(subnet)[self.stage]
+        while self._next < limit and any(last_user[layer] == subnet for layer in layers):
+            self.register_through(min(self._next + self._AHEAD, limit - 1))
 
     def _ready_arrivals(self, need: int, first: int, written: set[int], unwritten: dict[int, int],
                         registered: int) -> list[int] | None:
-        """What :meth:`_forwards_only` takes, from the registrations kept between predictions: the first
-        ``need`` arrivals from ``first`` on whose predecessors have all written, live or in the run-ahead
-        (``written``). None when the stream ends first (:meth:`_forwards_only` then walks the arrivals)."""
+        """What :meth:`take` takes when only arrivals can come, from the registrations kept between
+        predictions: the first ``need`` arrivals from ``first`` on whose predecessors have all written,
+        live or in the run-ahead (``written``). None when the stream ends first (:meth:`take` then
+        takes the ready ones one at a time, :meth:`_next_ready`)."""
         zeros, end = self._zeros, self._end
         ahead = self.policy.overtaken()  # arrived already: not an arrival
         if self._next <= first:
@@ -382,7 +441,7 @@ class CSPLookahead:
             tail = [y for y in zeros[start:] if y not in ahead] if ahead else zeros[start:start + need]
             if len(tail) >= need and tail[need - 1] < end:
                 break
-            if self._next >= end:
+            if self._next >= end or self._covered(written, registered):
                 return None
             self.register_through(min(self._next + self._AHEAD, end - 1))
         if written:  # followers whose every blocker the run-ahead writes
@@ -395,3 +454,11 @@ class CSPLookahead:
             if more:
                 tail = sorted(tail + more)
         return tail[:need]
+
+
+def _arrival_from(subnet: int, end: int, ahead: set[int]) -> int | None:
+    """The first arrival from ``subnet`` on: below ``end`` and not arrived already (``ahead``), or None
+    (:meth:`StagePolicy.pending_arrivals` without the generator)."""
+    while subnet in ahead:
+        subnet += 1
+    return subnet if subnet < end else None

@@ -24,7 +24,7 @@ from naspipe.context.cache import DeviceCache, Move
 from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.predictor import layer_uses, predict
+from naspipe.scheduling.predictor import predict, task_layers
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
@@ -139,6 +139,9 @@ class ContextCache:
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands
         self.wait_s = 0.0
+        # layer_uses' lists, kept per subnet until its update here (the plan's caches hold every stage's)
+        self._all: dict[int, tuple[int, ...]] = {}
+        self._trainable: dict[int, tuple[int, ...]] = {}
 
     @property
     def stats(self) -> CopyStats:
@@ -147,7 +150,10 @@ class ContextCache:
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         self._land(now)
-        upcoming = layer_uses(self.plan, predict(self.policy, self.horizon, self.end, running=task))
+        upcoming = self._layer_uses(predict(self.policy, self.horizon, self.end, running=task))
+        if task[0] is UPDATE:  # the subnet's last task here: its lists are not asked for again
+            self._all.pop(task[1], None)
+            self._trainable.pop(task[1], None)
         self._perform(self.cache.acquire(layers, upcoming), now)
         self._perform(self.cache.prefetch(upcoming), now)
         ready = max([now, *(self.landing[lid] for lid in layers if lid in self.landing)])
@@ -161,6 +167,19 @@ class ContextCache:
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         self.cache.release(layers, dirty=task.kind is UPDATE)
         return now
+
+    def _layer_uses(self, tasks: list[Task]) -> list[tuple[int, ...]]:
+        """:func:`naspipe.scheduling.predictor.layer_uses` of ``tasks`` (all on this stage), memoised here:
+        a subnet is predicted many times before it runs, and the plan's caches, keyed by (subnet, stage)
+        for every stage, cost more per lookup and stop holding a long run's window."""
+        out = []
+        for task in tasks:
+            memo = self._trainable if task[0] is UPDATE else self._all
+            layers = memo.get(task[1])
+            if layers is None:
+                layers = memo[task[1]] = task_layers(self.plan, task)
+            out.append(layers)
+        return out
 
     def replaced(self, layer: int) -> None:
         """As the runtime's ``ContextManager.replace``: wait for a copy in flight, drop the device copy
