@@ -1,7 +1,7 @@
 """Layering rules that code review alone would not keep.
 
-The pure core, the run plan and the simulator never load torch (the simulator sizes layers on
-torch's meta device only when a run is built, :mod:`naspipe.sim.setup`); the runtime and the
+The pure core, the run plan and the simulator never load torch (the simulator sizes layers from
+the spaces' torch-free shapes, :mod:`naspipe.space.shape`); the runtime and the
 simulator, the two executors of one run plan, never import each other; and no module but the
 registry (:mod:`naspipe.systems`) keeps a list of system names.
 """

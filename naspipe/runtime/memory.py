@@ -2,7 +2,8 @@
 
 A layer too large for memory would otherwise fail inside a stage with an allocation
 traceback (or drive the host into swap). Its size is known from its shapes alone
-(:meth:`SearchSpace.layer_tensors` builds it on the ``meta`` device), so the launcher checks
+(:meth:`SearchSpace.layer_tensors`: analytic sizes from the space's shape, tested equal to the layer
+built on the ``meta`` device), so the launcher checks
 every layer, in order and before the partition costs are computed from the same layers,
 against the memory the stages will use: the host's available memory
 (``MemAvailable``) for CPU stages, the device's free memory for CUDA ones.
