@@ -27,3 +27,13 @@ def lazy_attributes(namespace: dict[str, Any], exports: Mapping[str, str]) -> Ca
         return value
 
     return __getattr__
+
+
+def lazy_dir(namespace: dict[str, Any], exports: Mapping[str, str]) -> Callable[[], list[str]]:
+    """A module ``__dir__`` that lists the lazy names beside those already loaded (tab completion,
+    ``dir()``), without importing any of them."""
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *exports})
+
+    return __dir__

@@ -382,20 +382,6 @@ class Workflow:
                     runtime=plan_resources.fixed(self.config, rule, "runtime"))
 
 
-def report_outputs() -> list[tuple[str, str | None, str | None]]:
-    """``naspipe report``'s files as (path, caption, report category): captioned ones appear in the HTML report."""
-    from naspipe.report.sections import FIGURE_TABLES, FIGURES, TABLES
-
-    def table(name: str, caption: str | None, category: str = "Tables") -> tuple[str, str | None, str | None]:
-        return paths.path("table", name=name), caption, category if caption else None
-
-    md: list[tuple[str, str | None, str | None]] = [(paths.path("table_md", name=name), None, None) for name in TABLES]
-    return ([table("claims", "claims", "Claims"), (paths.path("table_md", name="claims"), None, None)]
-            + [table(name, None) for name in FIGURE_TABLES] + [table(name, name) for name in TABLES] + md
-            + [(paths.path("figure", name=name), name, "Figures") for name in FIGURES]
-            + [(paths.results("report.md"), None, None)])
-
-
 def claims_tables(outputs: Iterable[str]) -> list[str]:
     """The calibration tables the claims read, those among the workflow's ``outputs``."""
     planned = set(outputs)

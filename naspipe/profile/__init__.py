@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from naspipe.lazy import lazy_attributes
+from naspipe.lazy import lazy_attributes, lazy_dir
 
 if TYPE_CHECKING:
     from naspipe.profile.costs import layer_costs_from_profile
@@ -39,9 +39,7 @@ _EXPORTS: dict[str, str] = {
 
 __getattr__ = lazy_attributes(globals(), _EXPORTS)
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__dir__ = lazy_dir(globals(), _EXPORTS)
 
 
 __all__ = [

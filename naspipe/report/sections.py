@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from naspipe.plan import paths
+
 if TYPE_CHECKING:  # pandas only when sections are built: the workflow reads the file lists below at parse time
     from naspipe.report.inputs import ReportInputs
     from naspipe.report.section import Figure, Table
@@ -60,3 +62,19 @@ FIGURE_TABLES: tuple[str, ...] = ("fig6_ablation",)
 
 def build_sections(inputs: ReportInputs) -> list[Table | Figure]:
     return [importlib.import_module(name).build(inputs) for name in SECTIONS]
+
+
+def report_outputs() -> list[tuple[str, str | None, str | None]]:
+    """``naspipe report``'s files as (path, caption, report category): captioned ones appear in the HTML report.
+
+    The workflow declares them as the report rule's outputs (workflow/rules/common.smk); kept here, with the
+    lists it reads, so that the run plan (``naspipe.plan``) never imports the report."""
+
+    def table(name: str, caption: str | None, category: str = "Tables") -> tuple[str, str | None, str | None]:
+        return paths.path("table", name=name), caption, category if caption else None
+
+    md: list[tuple[str, str | None, str | None]] = [(paths.path("table_md", name=name), None, None) for name in TABLES]
+    return ([table("claims", "claims", "Claims"), (paths.path("table_md", name="claims"), None, None)]
+            + [table(name, None) for name in FIGURE_TABLES] + [table(name, name) for name in TABLES] + md
+            + [(paths.path("figure", name=name), name, "Figures") for name in FIGURES]
+            + [(paths.results("report.md"), None, None)])

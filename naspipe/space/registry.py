@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from naspipe.errors import UsageError
 from naspipe.space.structure import SHARED_POLICIES
@@ -45,7 +45,8 @@ def make_shape(name: str, options: Mapping[str, Any] | None = None, shared_polic
 def make_space(name: str, options: Mapping[str, Any] | None = None, shared_policy: str = "frozen") -> SearchSpace:
     """The space ``name`` with its layers (imports torch)."""
     cls, preset = _preset(name, shared_policy)
-    return cls.space_class()(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
+    space = cls.space_class()(name, {**preset, **(options or {})}, shared_policy)  # type: ignore[arg-type]
+    return cast("SearchSpace", space)
 
 
 def _preset(name: str, shared_policy: str) -> tuple[type[SpaceShape], dict[str, Any]]:

@@ -16,13 +16,10 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 from naspipe.errors import UsageError
 from naspipe.space.structure import SharedPolicy, SpaceStructure
-
-if TYPE_CHECKING:
-    from naspipe.space.base import SearchSpace
 
 FLOAT32_BYTES = 4
 INT64_BYTES = 8
@@ -89,12 +86,15 @@ class SpaceShape(ABC):
         self.structure = self._structure()
 
     @classmethod
-    def space_class(cls) -> type[SearchSpace]:
-        """The torch space of this shape (imports torch); a torch space answers itself."""
+    def space_class(cls) -> type[SpaceShape]:
+        """The torch space of this shape (imports torch); a torch space answers itself.
+
+        Typed as a shape (a torch space is a subclass of its shape): naming ``SearchSpace`` here would
+        import ``naspipe.space.base``, which imports this module (tests/test_import_cycles.py)."""
         if not cls.space_class_name:
             raise TypeError(f"{cls.__name__} names no torch space (space_class_name)")
         module, _, name = cls.space_class_name.partition(":")
-        return cast("type[SearchSpace]", getattr(importlib.import_module(module), name))
+        return cast("type[SpaceShape]", getattr(importlib.import_module(module), name))
 
     def require_positive_ints(self, *keys: str) -> None:
         """Options that must be integers >= 1 (one-line error naming the option otherwise)."""

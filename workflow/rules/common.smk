@@ -10,11 +10,11 @@ import time
 from naspipe.plan import jobclock
 from naspipe.plan.order import job_times_prefix, priority
 from naspipe.plan.paths import benchmarkfile, logfile, path
+from naspipe.report.sections import report_outputs
 from naspipe.plan.workflow import (
     ablation_variants,
     calibration_outputs,
     claims_tables,
-    report_outputs,
     set_args,
     space_options,
 )
