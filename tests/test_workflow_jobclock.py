@@ -7,6 +7,7 @@ command has exited: the clock, a child subreaper, must adopt it, wait for it and
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -50,12 +51,15 @@ def test_the_workflow_prefix_and_suffix_time_a_compound_command_whole(tmp_path: 
     """A multi-node job's command is `export MASTER_ADDR=...; srun ...`: the clock must run all of it, in bash
     with -euo pipefail, and record it on one line (the job's `--out` is how benchmarks name it)."""
     record = tmp_path / "clock.tsv"
+    # the prefix calls `python`, as workflow jobs do with the venv first on PATH (the Makefile puts it there)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     command = "export A=$((20000 + 7)); echo \"$A\" > out.txt; echo done --out out.txt"
     script = f"set -euo pipefail; {jobclock.prefix('1-2', str(record))} {command} {jobclock.SUFFIX}"
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out.txt").read_text() == "20007\n" and done.stdout == "done --out out.txt\n"
     (line,) = record.read_text().splitlines()
     assert line.split("\t")[4] == f"bash -euo pipefail -c {command}"
     failing = f"{jobclock.prefix('1-2', str(record))} false; echo not reached {jobclock.SUFFIX}"
-    assert subprocess.run(["bash", "-c", failing], cwd=tmp_path, capture_output=True, timeout=60).returncode == 1
+    failed = subprocess.run(["bash", "-c", failing], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert failed.returncode == 1
