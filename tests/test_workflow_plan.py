@@ -65,10 +65,9 @@ def test_rules_leave_decisions_and_paths_to_the_package() -> None:
 
 def test_report_outputs_are_what_the_report_builds() -> None:
     """The workflow's outputs of `report` (from naspipe.report.sections) against the sections built on no data."""
-    from naspipe.report.sections import report_outputs
     from naspipe.report.inputs import ReportInputs
     from naspipe.report.section import Figure
-    from naspipe.report.sections import build_sections
+    from naspipe.report.sections import build_sections, report_outputs
 
     sections = build_sections(ReportInputs(runs=[]))
     built = {f"results/tables/{s.name}.csv" for s in sections if not isinstance(s, Figure) or s.data is not None}
