@@ -8,6 +8,7 @@ same single-tensor kernels run on every device and stage count.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,10 @@ from naspipe.config import OptimizerConfig
 
 class LayerOptimizers:
     def __init__(self, layers: Mapping[int, nn.Module], config: OptimizerConfig) -> None:
+        # torch.optim imports torch._dynamo (~1.2 CPU s, with sympy) on its first optimizer; do it here, at
+        # set-up, so that the import is not billed to the first training step (naspipe.determinism no longer
+        # imports it; stages forked from the forkserver find it preloaded)
+        importlib.import_module("torch._dynamo")
         self._layers = layers
         self._config = config
         self._optimizers: dict[int, torch.optim.Optimizer] = {}
