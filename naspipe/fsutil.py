@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,29 @@ def temp_dir_beside(out: Path, suffix: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=suffix, dir=out.parent))
     os.chmod(tmp, 0o777 & ~current_umask())
     return tmp
+
+
+def replace_path(new: Path, out: Path) -> None:
+    """Put ``new`` (a file or directory beside ``out``) in place of ``out``, whole.
+
+    ``out`` is first renamed aside, then ``new`` renamed in, then the old copy deleted: at every
+    moment ``out`` is the old result or the new one (between the two renames, missing only),
+    and a crash never leaves it deleted with the new one not there (deleting first did).
+    """
+    if not os.path.lexists(out):
+        os.rename(new, out)
+        return
+    old = temp_dir_beside(out, ".old")
+    aside = old / "previous"
+    os.rename(out, aside)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        os.rename(aside, out)  # put the old result back: the caller's error, nothing lost
+        raise
+    finally:
+        if os.path.lexists(out):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_write(path: Path, write: Callable[[IO[Any]], object], binary: bool = False) -> None:

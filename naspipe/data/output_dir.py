@@ -9,13 +9,12 @@ written with :mod:`naspipe.fsutil`, the package's one atomic file writer.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from naspipe.fsutil import temp_dir_beside
+from naspipe.fsutil import replace_path, temp_dir_beside
 
 from .errors import DataError
 from .meta import META_NAME as MARKER
@@ -54,14 +53,7 @@ def atomic_output_dir(out_dir: Path | str) -> Iterator[Path]:
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
     check_replaceable(out)
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = temp_dir_beside(out, ".old")
-    os.rmdir(old)
-    os.rename(out, old)
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_path(tmp, out)
 
 
 __all__ = ["atomic_output_dir", "check_replaceable"]

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from naspipe.fsutil import temp_dir_beside
+from naspipe.fsutil import replace_path, temp_dir_beside
 
 DONE = ".memo-complete"  # written last into a stored entry: an entry without it is ignored and replaced
 
@@ -79,11 +79,7 @@ def copy_out(entry: Path, out: Path) -> None:
     tmp = temp_dir_beside(out, ".tmp")
     try:
         _copy(stored(entry), tmp / "result")
-        if out.is_dir():
-            shutil.rmtree(out)
-        elif out.exists():
-            out.unlink()
-        os.rename(tmp / "result", out)
+        replace_path(tmp / "result", out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

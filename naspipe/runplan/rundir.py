@@ -16,14 +16,12 @@ extends a finished run and replaces it when done).
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import check_creatable
+from naspipe.fsutil import check_creatable, replace_path
 from naspipe.runplan import runlock
 
 SUFFIX = ".partial"
@@ -96,13 +94,4 @@ def check_logs(checkpoint: Path, manifest: dict[str, Any]) -> None:
 
 def publish(run: RunDir) -> None:
     """Make the complete working directory ``DIR``: one rename (two when replacing an old ``DIR``)."""
-    final = run.final
-    if final.is_dir() and any(final.iterdir()):
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(run.work, final)
-        shutil.rmtree(old, ignore_errors=True)
-        return
-    if final.is_dir():
-        final.rmdir()
-    os.replace(run.work, final)
+    replace_path(run.work, run.final)

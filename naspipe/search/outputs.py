@@ -8,7 +8,6 @@ search; an existing directory is replaced only when it holds a previous search's
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from naspipe.fsutil import (
     atomic_write_json,
     atomic_write_text,
     check_creatable,
+    replace_path,
     temp_dir_beside,
 )
 from naspipe.runplan.subnet_file import subnet_json
@@ -58,7 +58,7 @@ def write_search(out: Path, candidates: Sequence[Candidate], metrics: dict[int, 
         for k, subnet in enumerate(randoms):
             atomic_write_json(tmp / f"random-{k}.json", subnet_json(subnet, random_index=k))
         atomic_write_bytes(tmp / PLOT, convergence_png(candidates, str(summary.get("metric", "score"))))
-        _swap(tmp, out)
+        replace_path(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -72,7 +72,7 @@ def write_reused(out: Path, stored: Path, provenance: dict[str, Any]) -> None:
         shutil.copytree(stored, tmp, dirs_exist_ok=True)
         best_json = json.loads((tmp / BEST).read_text(encoding="utf-8"))
         atomic_write_json(tmp / BEST, {**best_json, **provenance})
-        _swap(tmp, out)
+        replace_path(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -93,14 +93,3 @@ def convergence_png(candidates: Sequence[Candidate], metric: str) -> bytes:
         ax.legend()
 
     return render(draw)
-
-
-def _swap(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = temp_dir_beside(out, ".old")
-        os.rmdir(old)
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
