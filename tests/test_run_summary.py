@@ -102,6 +102,17 @@ def test_a_space_without_a_csp_comparison_says_so():
     assert line["shows"] == "no" and line["why"] == "csp ran at fewer than two stage counts"
 
 
+def test_the_sequential_reference_stands_for_csp_at_one_stage():
+    t3 = table3({2: 3.25}, {1: 3.25, 2: 3.5}, {1: 3.25, 2: 3.3})
+    t3["identical_to_sequential"] = ["yes" if system == "csp" else "no" for system in t3["system"]]
+    (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
+    assert line["measured"].startswith("csp 3.25 at D=1 (sequential),2; gpipe spread 0.25")
+    assert line["shows"] == "yes"
+    t3.loc[t3["system"] == "csp", "identical_to_sequential"] = "no"  # csp differs from the reference
+    (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
+    assert line["shows"] == "no" and line["why"].startswith("csp differs from the sequential reference at D=2")
+
+
 def test_a_baseline_without_spread_is_named():
     t3 = table3({1: 3.25, 2: 3.25}, {1: 3.25, 2: 3.25}, {1: 3.25, 2: 3.5})
     (line,) = parse(rs.body(pd.DataFrame(rs.spread_rows(t3), columns=rs.COLUMNS)))
@@ -144,8 +155,10 @@ def test_the_section_agrees_with_the_tables_and_runs_it_summarises(summarised, r
     csp_loss = t3.loc[t3["system"] == "csp", "final_loss"].iloc[0]
     gpipe = t3.loc[t3["system"] == "gpipe", "final_loss"].astype(float)
     (spread,) = [line for line in lines if line["phenomenon"].startswith("csp identical")]
-    assert spread["measured"].startswith(f"csp {csp_loss} at D=2; gpipe spread {gpipe.max() - gpipe.min():.3g}")
-    assert spread["shows"] == "no" and spread["why"] == "csp ran at fewer than two stage counts"
+    assert t3.loc[t3["system"] == "csp", "identical_to_sequential"].tolist() == ["yes"]
+    assert spread["measured"].startswith(
+        f"csp {csp_loss} at D=1 (sequential),2; gpipe spread {gpipe.max() - gpipe.min():.3g}")
+    assert spread["shows"] == "no" and spread["why"].startswith("pipedream: no spread")
 
 
 def clock(*jobs: tuple[str, float, float, float, str]) -> pd.DataFrame:
