@@ -35,6 +35,7 @@ from naspipe.runtime.transport import Transport
 from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, Task, make_policy
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
 from naspipe.scheduling.windows import SharedWindow
 
@@ -180,30 +181,32 @@ class StageWorker:
 
     # -- tasks ----------------------------------------------------------------
     def _execute(self, task: Task) -> None:
-        y, layers = task.subnet, self.job.plan.stage_layers(task.subnet, self.stage)
-        if task.kind is Kind.UPDATE:
-            layers = self.job.plan.trainable_layers(y, self.stage)
-        self._swap(task, layers, fetch=True)
-        self._cache_in(task)
+        kind, y, plan = task.kind, task.subnet, self.job.plan
+        layers = plan.trainable_layers(y, self.stage) if kind is UPDATE else plan.stage_layers(y, self.stage)
+        if self.swapper is not None:
+            self._swap(task, layers, fetch=True)
+        if self.context is not None:
+            self._cache_in(task)
         start = self.recorder.now()
-        if task.kind is Kind.FORWARD:
+        if kind is FORWARD:
             self._forward(y, layers)
-        elif task.kind is Kind.BACKWARD:
+        elif kind is BACKWARD:
             self._backward(y, layers, start)
         else:
             self.executor.update(layers, subnet=y)
             self._sync()
             self.recorder.span("optimizer", f"U{y}", start, self.recorder.now(), y)
-        self._swap(task, layers, fetch=False)
-        self._cache_out(task)
+        if self.swapper is not None:
+            self._swap(task, layers, fetch=False)
+        if self.context is not None:
+            self._cache_out(task)
         self.recorder.tasks += 1
         self.policy.completed(task)
-        if task.kind is Kind.UPDATE:
+        if kind is UPDATE:
             self._send_mirrors()
-        if task.kind is Kind.FORWARD and self.is_last:
-            self.policy.backward_arrived(y)
-        if task.kind is Kind.UPDATE:
             self._maybe_checkpoint()
+        elif kind is FORWARD and self.is_last:
+            self.policy.backward_arrived(y)
 
     def _forward(self, y: int, layers: tuple[int, ...]) -> None:
         start = self.recorder.now()
