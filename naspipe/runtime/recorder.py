@@ -188,7 +188,11 @@ class StageLogs:
         resumes the run (tests, notebooks: one-stage runs train in the caller's process), that can be
         after the resume truncated the logs to its checkpoint's lengths, appending the failed run's
         last lines to the resumed run's (a duplicated loss row). No fsync: a resume truncates them.
+        The kept trace events go out first, as they would have been written already (the accesses
+        are not written: a resume rewrites them from its checkpoint).
         """
+        if not self._trace.closed:
+            self._write_events()
         self._close_files()
 
     def _close_files(self) -> None:

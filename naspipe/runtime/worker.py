@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -99,6 +99,16 @@ class StageWorker:
         return report
 
     def _train(self) -> None:
+        for _ in self.subnets():
+            pass
+
+    def subnets(self) -> Iterator[int]:
+        """The training loop, paused each time this stage finishes a subnet (yields how many it has).
+
+        :meth:`run` drains it; ``benchmarks/bench_overhead.py`` steps it in turn with a plain PyTorch
+        loop in one process, so that both are timed side by side, step by step, on one heap and load.
+        """
+        done = self.policy.finished
         while self.policy.finished < self.steps:
             self._admit()
             self._drain(timeout=0)
@@ -107,6 +117,9 @@ class StageWorker:
                 self._wait()
             else:
                 self._execute(task)
+            if self.policy.finished > done:
+                done = self.policy.finished
+                yield done
 
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
