@@ -35,8 +35,8 @@ from naspipe.runtime.transport import Transport
 from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, Task, make_policy
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE
 from naspipe.scheduling.windows import SharedWindow
 
 
