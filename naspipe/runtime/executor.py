@@ -145,6 +145,10 @@ class StageExecutor:
         """Step the layers' optimizers; with the gradient stash, with ``subnet``'s gradients."""
         if self.stash_gradients and subnet is None:
             raise ValueError("with the gradient stash, update needs the subnet whose gradients to apply")
+        if self.windows is None and not self.stash_gradients:  # sequential, CSP: each layer's own step
+            for layer in layer_ids:
+                self.optimizers.step(layer)
+            return
         stashed = self._grads.pop(subnet, {}) if self.stash_gradients and subnet is not None else {}
         windowed = self._window_grads.pop(subnet, {}) if subnet is not None else {}
         for layer in layer_ids:
@@ -200,6 +204,12 @@ class StageExecutor:
         unit = _Unit(leaves, leaves, layer_ids)
         state = leaves
         with torch.enable_grad():
+            if self.windows is None and not self.stash_weights:  # sequential, CSP: the plain loop's calls
+                layers, seed = self.layers, self.seed
+                for layer in layer_ids:
+                    state = layers[layer](state, LayerContext(seed, subnet, layer, recompute))
+                unit.outputs = (self._loss(subnet, state),) if self.is_last else state
+                return unit
             for layer in layer_ids:
                 module, ctx = self.layers[layer], self._ctx(subnet, layer, recompute)
                 if self.windows is not None and layer in self.windows:

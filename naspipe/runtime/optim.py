@@ -55,9 +55,11 @@ class LayerOptimizers:
 
     def step(self, layer: int) -> None:
         """Apply the layer's gradient, then drop it (so the next backward assigns, not adds)."""
-        optimizer = self.get(layer)
+        optimizer = self._optimizers.get(layer)  # every step but a layer's first: no call to get
         if optimizer is None:
-            return
+            optimizer = self.get(layer)
+            if optimizer is None:
+                return
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

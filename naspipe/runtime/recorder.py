@@ -72,22 +72,28 @@ class StageReport:
 class StageLogs:
     """The stage's append-only log files (see the module docstring).
 
-    Accesses are buffered per layer and appended in batches (at most ``ACCESS_BUFFER`` tokens
-    held), each layer file opened only for the append: a paper-scale space has thousands of
-    layers per stage, more than the usual limit of open files.
+    Accesses are buffered per task (the layers and their token) and appended in batches (at most
+    ``ACCESS_BUFFER`` tokens held), each layer file opened only for the append: a paper-scale space has
+    thousands of layers per stage, more than the usual limit of open files. Trace events are kept as
+    tuples and written as JSON lines ``EVENT_BUFFER`` at a time. Both are bookkeeping of every task,
+    paid between two tasks' computations, when the interpreter's caches are cold: done per task it cost
+    4-5% of a one-stage cv.tiny step (``benchmarks/bench_overhead.py``), done in batches a fraction of that.
     """
 
     ACCESS_BUFFER = 65536
+    EVENT_BUFFER = 4096
 
     def __init__(self, logs_dir: Path, stage: int, layers: list[int], is_last: bool, trace_max_events: int) -> None:
-        self.dir = logs_dir
+        self.dir, self.stage = logs_dir, stage
         (logs_dir / "access").mkdir(parents=True, exist_ok=True)
         (logs_dir / "trace").mkdir(parents=True, exist_ok=True)
         for layer in layers:
             (logs_dir / access_log(layer)).touch()
         self._layers = layers
-        self._pending: dict[int, list[str]] = defaultdict(list)
+        self._pending: dict[int, list[str]] = defaultdict(list)  # layer -> its tokens not yet written
+        self._tasks: list[tuple[tuple[int, ...], str]] = []  # (layers, token) per task, not yet in _pending
         self._buffered = 0
+        self._events: list[tuple[str, str, float, float, int | None]] = []
         self._losses = self._open(LOSSES, "a") if is_last else None
         self._trace = self._open(trace_log(stage), "w")
         self.trace_left, self.trace_dropped = trace_max_events, 0
@@ -95,15 +101,25 @@ class StageLogs:
     def _open(self, name: str, mode: str) -> IO[str]:
         return open(self.dir / name, mode, encoding="utf-8", newline="")
 
-    def access(self, layer: int, token: str) -> None:
-        self._pending[layer].append(token)
-        self._buffered += 1
+    def accesses(self, layers: tuple[int, ...], token: str) -> None:
+        """One task's access (``token``, e.g. ``12F``) of each of ``layers``, in order."""
+        self._tasks.append((layers, token))
+        self._buffered += len(layers)
         if self._buffered >= self.ACCESS_BUFFER:
             self._write_accesses(fsync=False)
+
+    def _by_layer(self) -> None:
+        """Move the tasks' accesses into the per-layer lists, in task order."""
+        pending = self._pending
+        for layers, token in self._tasks:
+            for layer in layers:
+                pending[layer].append(token)
+        self._tasks.clear()
 
     def flush_layer(self, layer: int) -> None:
         """Append the layer's buffered accesses now (before its state moves to another stage, whose
         accesses must follow these in the same file)."""
+        self._by_layer()
         tokens = self._pending.pop(layer, None)
         if tokens:
             with self._open(access_log(layer), "a") as f:
@@ -111,6 +127,7 @@ class StageLogs:
             self._buffered -= len(tokens)
 
     def _write_accesses(self, fsync: bool) -> None:
+        self._by_layer()
         for layer, tokens in self._pending.items():
             with self._open(access_log(layer), "a") as f:
                 f.write("".join(t + "-" for t in tokens))
@@ -125,16 +142,32 @@ class StageLogs:
             raise RuntimeError("only the last stage logs losses")
         self._losses.write(f"{subnet},{float.hex(value)}\n")
 
-    def event(self, event: dict[str, object]) -> None:
+    def event(self, name: str, category: str, start: float, end: float, subnet: int | None) -> None:
+        """A Chrome trace event (complete, ``ph: X``) of ``end - start`` seconds from the run's origin."""
         if self.trace_left <= 0:
             self.trace_dropped += 1
             return
         self.trace_left -= 1
-        self._trace.write(json.dumps(event) + "\n")
+        self._events.append((name, category, start, end, subnet))
+        if len(self._events) >= self.EVENT_BUFFER:
+            self._write_events()
+
+    def _write_events(self) -> None:
+        """The kept events as JSON lines (microseconds, rounded to 0.1)."""
+        lines = []
+        for name, category, start, end, subnet in self._events:
+            event: dict[str, object] = {"name": name, "cat": category, "ph": "X", "pid": 0, "tid": self.stage,
+                                        "ts": round(start * 1e6, 1), "dur": round((end - start) * 1e6, 1)}
+            if subnet is not None:
+                event["args"] = {"subnet": subnet}
+            lines.append(json.dumps(event) + "\n")
+        self._events.clear()
+        self._trace.write("".join(lines))
 
     def sync(self) -> dict[str, int]:
         """Write out and fsync every log (the trace too); the valid length of each resumable one."""
         self._write_accesses(fsync=True)
+        self._write_events()
         for f in (self._losses, self._trace):
             if f is not None:
                 f.flush()
@@ -155,7 +188,11 @@ class StageLogs:
         resumes the run (tests, notebooks: one-stage runs train in the caller's process), that can be
         after the resume truncated the logs to its checkpoint's lengths, appending the failed run's
         last lines to the resumed run's (a duplicated loss row). No fsync: a resume truncates them.
+        The kept trace events go out first, as they would have been written already (the accesses
+        are not written: a resume rewrites them from its checkpoint).
         """
+        if not self._trace.closed:
+            self._write_events()
         self._close_files()
 
     def _close_files(self) -> None:
@@ -189,19 +226,14 @@ class Recorder:
         self._end = (self.now(), time.process_time() - self._cpu0)
 
     def now(self) -> float:
-        return time.perf_counter() - self.t0
+        return time.perf_counter() - self._t0
 
     def span(self, category: str, name: str, start: float, end: float, subnet: int | None = None) -> None:
         self.seconds[category] += end - start
-        event: dict[str, object] = {"name": name, "cat": category, "ph": "X", "pid": 0, "tid": self.stage,
-                                    "ts": round(start * 1e6, 1), "dur": round((end - start) * 1e6, 1)}
-        if subnet is not None:
-            event["args"] = {"subnet": subnet}
-        self.logs.event(event)
+        self.logs.event(name, category, start, end, subnet)
 
     def touch(self, layers: tuple[int, ...], subnet: int, kind: str) -> None:
-        for layer in layers:
-            self.logs.access(layer, f"{subnet}{kind}")
+        self.logs.accesses(layers, f"{subnet}{kind}")
 
     def report(self, hashes: dict[int, str], extra: dict[str, float]) -> StageReport:
         self.logs.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -36,6 +36,7 @@ from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, Task, make_policy
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE
 from naspipe.scheduling.windows import SharedWindow
 
 
@@ -98,6 +99,16 @@ class StageWorker:
         return report
 
     def _train(self) -> None:
+        for _ in self.subnets():
+            pass
+
+    def subnets(self) -> Iterator[int]:
+        """The training loop, paused each time this stage finishes a subnet (yields how many it has).
+
+        :meth:`run` drains it; ``benchmarks/bench_overhead.py`` steps it in turn with a plain PyTorch
+        loop in one process, so that both are timed side by side, step by step, on one heap and load.
+        """
+        done = self.policy.finished
         while self.policy.finished < self.steps:
             self._admit()
             self._drain(timeout=0)
@@ -106,6 +117,9 @@ class StageWorker:
                 self._wait()
             else:
                 self._execute(task)
+            if self.policy.finished > done:
+                done = self.policy.finished
+                yield done
 
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
@@ -180,30 +194,32 @@ class StageWorker:
 
     # -- tasks ----------------------------------------------------------------
     def _execute(self, task: Task) -> None:
-        y, layers = task.subnet, self.job.plan.stage_layers(task.subnet, self.stage)
-        if task.kind is Kind.UPDATE:
-            layers = self.job.plan.trainable_layers(y, self.stage)
-        self._swap(task, layers, fetch=True)
-        self._cache_in(task)
+        kind, y, plan = task.kind, task.subnet, self.job.plan
+        layers = plan.trainable_layers(y, self.stage) if kind is UPDATE else plan.stage_layers(y, self.stage)
+        if self.swapper is not None:
+            self._swap(task, layers, fetch=True)
+        if self.context is not None:
+            self._cache_in(task)
         start = self.recorder.now()
-        if task.kind is Kind.FORWARD:
+        if kind is FORWARD:
             self._forward(y, layers)
-        elif task.kind is Kind.BACKWARD:
+        elif kind is BACKWARD:
             self._backward(y, layers, start)
         else:
             self.executor.update(layers, subnet=y)
             self._sync()
             self.recorder.span("optimizer", f"U{y}", start, self.recorder.now(), y)
-        self._swap(task, layers, fetch=False)
-        self._cache_out(task)
+        if self.swapper is not None:
+            self._swap(task, layers, fetch=False)
+        if self.context is not None:
+            self._cache_out(task)
         self.recorder.tasks += 1
         self.policy.completed(task)
-        if task.kind is Kind.UPDATE:
+        if kind is UPDATE:
             self._send_mirrors()
-        if task.kind is Kind.FORWARD and self.is_last:
-            self.policy.backward_arrived(y)
-        if task.kind is Kind.UPDATE:
             self._maybe_checkpoint()
+        elif kind is FORWARD and self.is_last:
+            self.policy.backward_arrived(y)
 
     def _forward(self, y: int, layers: tuple[int, ...]) -> None:
         start = self.recorder.now()
