@@ -34,6 +34,7 @@ from heapq import heappop, heappush
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
+from naspipe.scheduling.policies.registration import CHUNK_MASK, CHUNK_SHIFT, stage_rows
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 from naspipe.scheduling.versions import VersionTable
 from naspipe.scheduling.windows import SharedWindow
@@ -69,8 +70,11 @@ class CSP(StagePolicy):
         self._window_wait: dict[int, list[int]] = {}  # windows applied -> registered subnets waiting for it
         # Registration inlined in forward_arrived (once per subnet and stage, the simulator's hot path at
         # scale): a static plan, no shared window, and CSP's own _on_register (subclasses may override it).
-        self._plain = not plan.mirrored and self._window is None and type(self)._on_register is CSP._on_register
-        self._slices = plan.versioned_slices
+        # Its layers come a chunk of subnets at a time (StageRows: no per-subnet walk of every stage's slice).
+        self._rows = stage_rows(plan, stage) if self._window is None and type(self)._on_register is CSP._on_register \
+            else None
+        self._plain = self._rows is not None
+        self._chunks = self._rows.chunks if self._rows is not None else {}
 
     def clone(self) -> CSP:
         """Copies only what running ahead mutates (a deep copy costs far more per task)."""
@@ -141,7 +145,10 @@ class CSP(StagePolicy):
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
         if self._registered <= subnet:
             if self._plain and self._registered == subnet:  # _on_register, inlined for the common case
-                self._blocked[subnet] = self.versions.register_local(subnet, self._slices(subnet)[self.stage])
+                rows = self._chunks.get(subnet >> CHUNK_SHIFT)
+                if rows is None:
+                    rows = self._rows.chunk(subnet >> CHUNK_SHIFT)  # type: ignore[union-attr]
+                self._blocked[subnet] = self.versions.register_local(subnet, rows[subnet & CHUNK_MASK])
             else:
                 for y in range(self._registered, subnet + 1):
                     self._on_register(y)
