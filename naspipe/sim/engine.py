@@ -196,6 +196,7 @@ class _Engine:
         may_admit, admit = first.may_admit, first.admit
         next_task = [p.next_task for p in policies]
         completed = [p.completed for p in policies]
+        completed_then_next = [p.completed_then_next for p in policies]
         forward_arrived = [p.forward_arrived for p in policies]
         backward_arrived = [p.backward_arrived for p in policies]
         table = self.table
@@ -231,6 +232,9 @@ class _Engine:
         order = 0
         now = 0.0
         ask: tuple[int, ...] = tuple(range(d))  # stages that had an event since last asked, ascending
+        # The stage whose completion already chose its next task (``fused``, -1: none) and that task: it is
+        # among ``ask`` and nothing of that stage happens before it is reached there (see the done event).
+        fused, fused_task = -1, None
         check_admission = True  # stage 0's state changed since may_admit last said no
         while True:
             if check_admission:
@@ -240,11 +244,14 @@ class _Engine:
                     if ask[0]:
                         ask = (0, *ask)
             for k in ask:
-                if running[k] is not None:
-                    continue
-                if not k:
-                    check_admission = True
-                task = next_task[k]()
+                if k == fused:
+                    task, fused = fused_task, -1
+                else:
+                    if running[k] is not None:
+                        continue
+                    if not k:
+                        check_admission = True
+                    task = next_task[k]()
                 if task is None:
                     continue
                 kind, y, _ = task
@@ -346,8 +353,14 @@ class _Engine:
                 task = running[k]
                 assert task is not None
                 running[k] = None
-                completed[k](task)
                 kind = task[0]
+                # Completion and the next choice in one call, where the stage is asked next with nothing of it in
+                # between: not stage 0 (admissions come first), not the last stage's forward (its own backward
+                # arrives first), not a mirrored update (mirrors arrive first).
+                if k and not (kind is forward and k == last) and not (kind is update and mirrored):
+                    fused, fused_task = k, completed_then_next[k](task)
+                else:
+                    completed[k](task)
                 if kind is forward:
                     if k == last:
                         backward_arrived[k](y)
