@@ -201,6 +201,7 @@ class _Engine:
         backward_arrived = [p.backward_arrived for p in policies]
         table = self.table
         blocks = table.blocks
+        held: list[CostBlock | None] = [None] * ((n >> BLOCK_SHIFT) + 1)  # the table's blocks by index (a list read)
         copies = self.copies
         swap = self.swapped is not None  # VPipe's copies, priced by the table
         generic = not swap and any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
@@ -255,9 +256,9 @@ class _Engine:
                 if task is None:
                     continue
                 kind, y, _ = task
-                blk = blocks.get(y >> shift)
+                blk = held[y >> shift]
                 if blk is None:
-                    blk = table.block(y >> shift)
+                    blk = self._hold(held, y >> shift)
                 i = (y & mask) * d + k
                 if record:
                     orders[k].append(task)
@@ -462,6 +463,17 @@ class _Engine:
                 stats[k].misses += uses[k]
                 stats[k].in_bytes, stats[k].out_bytes, stats[k].wait_s = swap_in[k], swap_out[k], swap_wait[k]
         return SimResult(self.results, copies, n)
+
+    def _hold(self, held: list[CostBlock | None], index: int) -> CostBlock:
+        """Block ``index`` of the cost table, into ``held`` (the loop's list of the blocks the table keeps: a
+        list index per task instead of a dict lookup); the blocks the table let go are let go here too."""
+        block = self.table.block(index)
+        kept = self.table.blocks
+        for j, old in enumerate(held):
+            if old is not None and j not in kept:
+                held[j] = None
+        held[index] = block
+        return block
 
     def _blocking_send(self, k: int, task: Task, now: float) -> tuple[float, int, float]:
         """Stage ``k`` sends ``task``'s message at ``now`` and is held until gloo lets go:
