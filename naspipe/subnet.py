@@ -166,6 +166,7 @@ class SubnetStream:
             if packed is None:
                 drawn = self._blocks.get(block) or self._draw_block(block)
                 packed = self._packed.get(block)
+            rows: np.ndarray
             if packed is not None:
                 rows = np.frombuffer(packed, dtype=np.uint8).reshape(self.BLOCK, width)[offset : offset + take]
             else:

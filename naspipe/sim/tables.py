@@ -23,7 +23,6 @@ earlier widens what it keeps, so a very wide window costs memory, never repeated
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
@@ -253,4 +252,4 @@ def flat(a: np.ndarray) -> list[float]:
     bits = values.view(np.int64)
     if values.size and bits.min() == bits.max():
         return [values[0].item()] * values.size
-    return cast(list[float], values.tolist())
+    return values.tolist()

@@ -44,8 +44,9 @@ class StageRows:
             return structure.is_trainable(lid) and lid not in skip
 
         # the stage's shared positions' layers (fixed), before and after its choice columns
-        before = [p for p in range(lo, min(hi, first_choice))]
-        after = [structure.num_layers - (structure.num_positions - p) for p in range(max(lo, first_choice + choices), hi)]
+        before = list(range(lo, min(hi, first_choice)))  # a prefix position's layer id is the position
+        last = structure.num_layers - structure.num_positions  # a suffix position's layer id is the position + last
+        after = [last + p for p in range(max(lo, first_choice + choices), hi)]
         self._before = [lid for lid in before if versioned(lid)]
         self._after = [lid for lid in after if versioned(lid)]
         self.chunks: dict[int, list[list[int]]] = {}
