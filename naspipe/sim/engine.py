@@ -37,7 +37,7 @@ resident skip the copy model. VPipe's synchronous swap (:class:`SynchronousSwap`
 the plan fixes, so its bytes and seconds come from the table too and the loop adds them to the
 swap's stats in each stage's task order (the same sums); only the context cache, whose moves
 depend on the run, is asked per task. What remains per task is the policy's own decision (its
-``next_task``, ``completed`` and arrival calls) and about 1.7 heap events. What only some
+``completed_then_next``, ``next_task`` and arrival calls) and about 1.7 heap events. What only some
 runs need (blocking sends, mirrors) lives in methods off that path.
 """
 
