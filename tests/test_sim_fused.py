@@ -1,7 +1,7 @@
 """``completed_then_next`` decides exactly as ``completed`` then ``next_task`` (issue 22, fifth pass).
 
-The simulator's engine calls the fused method after every task of a stage other than stage 0 (and
-but a last-stage forward or a mirrored update); the runtime keeps the two calls. CSP overrides it
+The simulator's engine calls the fused method after every task of a stage other than stage 0 (not
+after a last-stage forward nor a mirrored update); the runtime keeps the two calls. CSP overrides it
 with one pass. Before every completion of whole pipeline runs, two copies of the live policy take
 the two routes; their answers and their whole state must agree.
 """
