@@ -12,8 +12,12 @@ import random
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from naspipe.seeding import derive_seed
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,37 @@ class SubnetStream:
         rows = draws[accepted[:total]].reshape(self.BLOCK, len(self._sizes)).tolist()
         return tuple([Subnet(tuple(row)) for row in rows])
 
+    def choice_rows(self, first: int, count: int, columns: slice = slice(None)) -> np.ndarray:
+        """Row ``i``: ``self[first + i].choices[columns]``, as a ``(count, blocks)`` int64 array.
+
+        Why: the simulator reads the stream a block of subnets at a time (its cost table, CSP's
+        registration on every stage), and a :class:`Subnet` per row costs more than the row's use
+        there. Packed blocks are read in place, without decoding them."""
+        import numpy as np  # here: the stream is imported by commands that never draw a block
+
+        if first < 0 or count < 0:
+            raise IndexError(f"subnet rows [{first}, {first + count}) start below 0 or run backwards")
+        width = len(self._choices)
+        parts = []
+        y, stop = first, first + count
+        while y < stop:
+            block, offset = divmod(y, self.BLOCK)
+            take = min(stop - y, self.BLOCK - offset)
+            packed = self._packed.get(block)
+            if packed is None:
+                drawn = self._blocks.get(block) or self._draw_block(block)
+                packed = self._packed.get(block)
+            rows: np.ndarray
+            if packed is not None:
+                rows = np.frombuffer(packed, dtype=np.uint8).reshape(self.BLOCK, width)[offset : offset + take]
+            else:
+                rows = np.array([s.choices for s in drawn[offset : offset + take]], dtype=np.int64).reshape(take, width)
+            parts.append(rows[:, columns].astype(np.int64))
+            y += take
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.int64)[:, columns]
+
     def iterate(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, Subnet]]:
         index = start
         while stop is None or index < stop:
@@ -171,3 +206,10 @@ class FixedSubnetStream(SubnetStream):
         if index < 0:
             raise IndexError(f"subnet index must be >= 0, got {index}")
         return self._subnet
+
+    def choice_rows(self, first: int, count: int, columns: slice = slice(None)) -> np.ndarray:
+        import numpy as np
+
+        if first < 0 or count < 0:
+            raise IndexError(f"subnet rows [{first}, {first + count}) start below 0 or run backwards")
+        return np.tile(np.asarray(self._subnet.choices[columns], dtype=np.int64), (count, 1))

@@ -26,7 +26,7 @@ A table holds users of one kind only.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 
 class VersionTable:
@@ -34,7 +34,7 @@ class VersionTable:
         self._version: defaultdict[int, int] = defaultdict(int)
         self._waiting: defaultdict[int, list[int]] = defaultdict(list)  # users not yet written, in id order
         self._required: dict[int, dict[int, int]] = {}  # users registered with their global versions
-        self._local: dict[int, tuple[int, ...]] = {}  # users registered locally: their layers, in order
+        self._local: dict[int, Sequence[int]] = {}  # users registered locally: their layers, in order (never changed)
 
     def copy(self) -> VersionTable:
         """An independent table (a registered subnet's required versions and layers never change: shared)."""
@@ -74,7 +74,7 @@ class VersionTable:
         self._required[subnet] = required_here
         return blocked
 
-    def register_local(self, subnet: int, layers: tuple[int, ...]) -> int:
+    def register_local(self, subnet: int, layers: Sequence[int]) -> int:
         """:meth:`register` without required versions: each earlier user still queued blocks it."""
         if subnet in self._local or self._required:
             raise ValueError(f"subnet {subnet} registered twice, or beside users with global versions")

@@ -37,7 +37,7 @@ resident skip the copy model. VPipe's synchronous swap (:class:`SynchronousSwap`
 the plan fixes, so its bytes and seconds come from the table too and the loop adds them to the
 swap's stats in each stage's task order (the same sums); only the context cache, whose moves
 depend on the run, is asked per task. What remains per task is the policy's own decision (its
-``next_task``, ``completed`` and arrival calls) and about 1.7 heap events. What only some
+``completed_then_next``, ``next_task`` and arrival calls) and about 1.7 heap events. What only some
 runs need (blocking sends, mirrors) lives in methods off that path.
 """
 
@@ -196,10 +196,12 @@ class _Engine:
         may_admit, admit = first.may_admit, first.admit
         next_task = [p.next_task for p in policies]
         completed = [p.completed for p in policies]
+        completed_then_next = [p.completed_then_next for p in policies]
         forward_arrived = [p.forward_arrived for p in policies]
         backward_arrived = [p.backward_arrived for p in policies]
         table = self.table
         blocks = table.blocks
+        held: list[CostBlock | None] = [None] * ((n >> BLOCK_SHIFT) + 1)  # the table's blocks by index (a list read)
         copies = self.copies
         swap = self.swapped is not None  # VPipe's copies, priced by the table
         generic = not swap and any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
@@ -231,6 +233,9 @@ class _Engine:
         order = 0
         now = 0.0
         ask: tuple[int, ...] = tuple(range(d))  # stages that had an event since last asked, ascending
+        # The stage whose completion already chose its next task (``fused``, -1: none) and that task: it is
+        # among ``ask`` and nothing of that stage happens before it is reached there (see the done event).
+        fused, fused_task = -1, None
         check_admission = True  # stage 0's state changed since may_admit last said no
         while True:
             if check_admission:
@@ -240,17 +245,20 @@ class _Engine:
                     if ask[0]:
                         ask = (0, *ask)
             for k in ask:
-                if running[k] is not None:
-                    continue
-                if not k:
-                    check_admission = True
-                task = next_task[k]()
+                if k == fused:
+                    task, fused = fused_task, -1
+                else:
+                    if running[k] is not None:
+                        continue
+                    if not k:
+                        check_admission = True
+                    task = next_task[k]()
                 if task is None:
                     continue
                 kind, y, _ = task
-                blk = blocks.get(y >> shift)
+                blk = held[y >> shift]
                 if blk is None:
-                    blk = table.block(y >> shift)
+                    blk = self._hold(held, y >> shift)
                 i = (y & mask) * d + k
                 if record:
                     orders[k].append(task)
@@ -346,8 +354,14 @@ class _Engine:
                 task = running[k]
                 assert task is not None
                 running[k] = None
-                completed[k](task)
                 kind = task[0]
+                # Completion and the next choice in one call, where the stage is asked next with nothing of it in
+                # between: not stage 0 (admissions come first), not the last stage's forward (its own backward
+                # arrives first), not a mirrored update (mirrors arrive first).
+                if k and not (kind is forward and k == last) and not (kind is update and mirrored):
+                    fused, fused_task = k, completed_then_next[k](task)
+                else:
+                    completed[k](task)
                 if kind is forward:
                     if k == last:
                         backward_arrived[k](y)
@@ -449,6 +463,17 @@ class _Engine:
                 stats[k].misses += uses[k]
                 stats[k].in_bytes, stats[k].out_bytes, stats[k].wait_s = swap_in[k], swap_out[k], swap_wait[k]
         return SimResult(self.results, copies, n)
+
+    def _hold(self, held: list[CostBlock | None], index: int) -> CostBlock:
+        """Block ``index`` of the cost table, into ``held`` (the loop's list of the blocks the table keeps: a
+        list index per task instead of a dict lookup); the blocks the table let go are let go here too."""
+        block = self.table.block(index)
+        kept = self.table.blocks
+        for j, old in enumerate(held):
+            if old is not None and j not in kept:
+                held[j] = None
+        held[index] = block
+        return block
 
     def _blocking_send(self, k: int, task: Task, now: float) -> tuple[float, int, float]:
         """Stage ``k`` sends ``task``'s message at ``now`` and is held until gloo lets go:

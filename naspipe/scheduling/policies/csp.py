@@ -34,6 +34,7 @@ from heapq import heappop, heappush
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
+from naspipe.scheduling.policies.registration import CHUNK_MASK, CHUNK_SHIFT, stage_rows
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 from naspipe.scheduling.versions import VersionTable
 from naspipe.scheduling.windows import SharedWindow
@@ -69,8 +70,19 @@ class CSP(StagePolicy):
         self._window_wait: dict[int, list[int]] = {}  # windows applied -> registered subnets waiting for it
         # Registration inlined in forward_arrived (once per subnet and stage, the simulator's hot path at
         # scale): a static plan, no shared window, and CSP's own _on_register (subclasses may override it).
-        self._plain = not plan.mirrored and self._window is None and type(self)._on_register is CSP._on_register
-        self._slices = plan.versioned_slices
+        # Its layers come a chunk of subnets at a time (StageRows: no per-subnet walk of every stage's slice).
+        self._rows = stage_rows(plan, stage) if self._window is None and type(self)._on_register is CSP._on_register \
+            else None
+        self._plain = self._rows is not None
+        self._chunks = self._rows.chunks if self._rows is not None else {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass that changes a part of :meth:`completed_then_next` (the completion or the choice) but
+        not the fused method itself gets the plain one (the two calls), so the fusion stays exact."""
+        super().__init_subclass__(**kwargs)
+        parts = ("completed", "next_task", "_write", "_accumulated")
+        if "completed_then_next" not in cls.__dict__ and any(getattr(cls, p) is not getattr(CSP, p) for p in parts):
+            cls.completed_then_next = StagePolicy.completed_then_next  # type: ignore[method-assign]
 
     def clone(self) -> CSP:
         """Copies only what running ahead mutates (a deep copy costs far more per task)."""
@@ -137,11 +149,40 @@ class CSP(StagePolicy):
             if self._window is not None:
                 self._accumulated(subnet)
 
+    def completed_then_next(self, task: Task) -> Task | None:
+        """:meth:`completed` then :meth:`next_task` in one pass (the simulator's call after every task).
+
+        After a backward its update is next (the ready updates are empty then: an update is taken as soon
+        as it is queued; if one were there, the heap decides, as before); after an update, the writes."""
+        kind, subnet, _ = task
+        if kind is BACKWARD:
+            if not self._ready_u:  # heappush then heappop of a heap holding only it
+                return new_task((UPDATE, subnet, self.stage))
+            heappush(self._ready_u, subnet)
+        elif kind is FORWARD:
+            if not self.is_last:
+                self._awaiting_backward[subnet] = None
+        else:  # the update, CSP's final kind
+            self._write(subnet)
+            self.finished += 1
+            if self._window is not None:
+                self._accumulated(subnet)
+        if self._ready_u:  # next_task, inlined
+            return new_task((UPDATE, heappop(self._ready_u), self.stage))
+        if self._ready_b:
+            return new_task((BACKWARD, heappop(self._ready_b), self.stage))
+        if self._ready_f:
+            return new_task((FORWARD, heappop(self._ready_f), self.stage))
+        return None
+
     def forward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
         if self._registered <= subnet:
             if self._plain and self._registered == subnet:  # _on_register, inlined for the common case
-                self._blocked[subnet] = self.versions.register_local(subnet, self._slices(subnet)[self.stage])
+                rows = self._chunks.get(subnet >> CHUNK_SHIFT)
+                if rows is None:
+                    rows = self._rows.chunk(subnet >> CHUNK_SHIFT)  # type: ignore[union-attr]
+                self._blocked[subnet] = self.versions.register_local(subnet, rows[subnet & CHUNK_MASK])
             else:
                 for y in range(self._registered, subnet + 1):
                     self._on_register(y)
