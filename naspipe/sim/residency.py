@@ -149,18 +149,24 @@ class ContextCache:
         return CopyStats(s.hits, s.uses - s.hits, float(s.swap_in_bytes), float(s.swap_out_bytes), self.wait_s)
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        self._land(now)
+        landing = self.landing
+        if landing:
+            self._land(now)
         upcoming = self._layer_uses(predict(self.policy, self.horizon, self.end, running=task))
         if task[0] is UPDATE:  # the subnet's last task here: its lists are not asked for again
             self._all.pop(task[1], None)
             self._trainable.pop(task[1], None)
-        self._perform(self.cache.acquire(layers, upcoming), now)
-        self._perform(self.cache.prefetch(upcoming), now)
-        ready = max([now, *(self.landing[lid] for lid in layers if lid in self.landing)])
-        for lid in layers:
-            if lid in self.landing:
-                del self.landing[lid]
-                self.cache.arrived(lid)
+        moves = self.cache.acquire_and_prefetch(layers, upcoming)  # the worker's acquire, then prefetch
+        if moves:
+            self._perform(moves, now)
+        ready = now
+        if landing:
+            for lid in layers:
+                lands = landing.pop(lid, None)
+                if lands is not None:
+                    if lands > ready:
+                        ready = lands
+                    self.cache.arrived(lid)
         self.wait_s += ready - now
         return ready
 
@@ -172,14 +178,17 @@ class ContextCache:
         """:func:`naspipe.scheduling.predictor.layer_uses` of ``tasks`` (all on this stage), memoised here:
         a subnet is predicted many times before it runs, and the plan's caches, keyed by (subnet, stage)
         for every stage, cost more per lookup and stop holding a long run's window."""
-        out = []
-        for task in tasks:
-            memo = self._trainable if task[0] is UPDATE else self._all
-            layers = memo.get(task[1])
-            if layers is None:
-                layers = memo[task[1]] = task_layers(self.plan, task)
-            out.append(layers)
-        return out
+        trainable, every = self._trainable, self._all
+        out = [(trainable if task[0] is UPDATE else every).get(task[1]) for task in tasks]
+        if None in out:  # a subnet's first predictions here
+            for i, task in enumerate(tasks):
+                if out[i] is None:
+                    memo = trainable if task[0] is UPDATE else every
+                    layers = memo.get(task[1])
+                    if layers is None:
+                        layers = memo[task[1]] = task_layers(self.plan, task)
+                    out[i] = layers
+        return out  # type: ignore[return-value]  # no None left
 
     def replaced(self, layer: int) -> None:
         """As the runtime's ``ContextManager.replace``: wait for a copy in flight, drop the device copy
@@ -196,13 +205,15 @@ class ContextCache:
             self.cache.arrived(lid)
 
     def _perform(self, moves: list[Move], now: float) -> None:
-        for move in moves:
-            if move.direction == "drop":
+        copy_free, free_io, landing = self.copy_free, self.costs.free_io, self.landing
+        for layer, nbytes, direction in moves:
+            if direction == "drop":
                 continue
-            start = max(now, self.copy_free)
-            self.copy_free = start + (0.0 if self.costs.free_io else self.costs.hardware.copy_s(move.nbytes))
-            if move.direction == "in":
-                self.landing[move.layer] = self.copy_free
+            start = max(now, copy_free)
+            copy_free = start + (0.0 if free_io else self.costs.hardware.copy_s(nbytes))
+            if direction == "in":
+                landing[layer] = copy_free
+        self.copy_free = copy_free
 
 
 def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
