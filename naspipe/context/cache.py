@@ -176,6 +176,8 @@ class DeviceCache:
         moves: list[Move] = []
         resident, sizes, budget = self._resident, self.sizes, self.budget
         for position, layers in enumerate(upcoming):
+            if resident.issuperset(layers):  # most positions: nothing to place
+                continue
             for layer in layers:
                 if layer in resident:
                     continue
@@ -274,10 +276,10 @@ class _Ranking:
         """The candidates' keys, sorted: minus the next use (furthest first), the last use (least recent
         first), the layer (keys are distinct)."""
         cache = self.cache
-        next_use = _next_uses(self.upcoming)
-        pins, in_flight, last_use = cache._pins, cache._in_flight, cache._last_use
-        order = [(-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer) for layer in cache._resident
-                 if layer not in pins and layer not in in_flight]
+        candidates = cache._resident.difference(cache._pins, cache._in_flight)
+        next_use = _first_uses(self.upcoming, candidates)
+        last_use = cache._last_use
+        order = [(-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer) for layer in candidates]
         order.sort()
         self.order = order
         return order
@@ -307,6 +309,18 @@ class _Ranking:
         self.head += count
 
 
-def _next_uses(upcoming: Upcoming) -> dict[int, int]:
-    """Each layer's first position in ``upcoming`` (built from the end: earlier positions overwrite)."""
-    return {layer: position for position in range(len(upcoming) - 1, -1, -1) for layer in upcoming[position]}
+def _first_uses(upcoming: Upcoming, layers: set[int]) -> dict[int, int]:
+    """The first position in ``upcoming`` of each of ``layers`` that it uses (a walk that stops once all are found)."""
+    first: dict[int, int] = {}
+    left = set(layers)
+    if not left:
+        return first
+    for position, uses in enumerate(upcoming):
+        if left.isdisjoint(uses):
+            continue
+        for layer in left.intersection(uses):
+            first[layer] = position
+        left.difference_update(uses)
+        if not left:
+            break
+    return first
