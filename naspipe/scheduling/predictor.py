@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from functools import lru_cache, partial
 from heapq import heappop, heappush
 from typing import TypeGuard
 from weakref import ref
@@ -43,6 +43,7 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task, new_task
+from naspipe.space.structure import SpaceStructure
 
 
 def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
@@ -212,10 +213,9 @@ class CSPLookahead:
         self._until_prune = self._PRUNE_EVERY
         self._forwards = _Forwards(self.stage)
         self._end = 0  # the stream's end in the prediction running now
-        bounds, structure = policy.plan.partition.bounds, policy.plan.structure
-        here = range(bounds[self.stage], bounds[self.stage + 1])  # the versioned layers any subnet can run here
-        self._layer_count = sum(1 for lid in range(structure.num_layers)
-                                if structure.position_of(lid) in here and structure.is_trainable(lid))
+        bounds = policy.plan.partition.bounds
+        per_position = _versioned_per_position(policy.plan.structure)  # the versioned layers any subnet can run here:
+        self._layer_count = sum(per_position[bounds[self.stage]:bounds[self.stage + 1]])
 
     @property
     def policy(self) -> CSP:
@@ -489,6 +489,17 @@ class CSPLookahead:
             if more:
                 tail = sorted(tail + more)
         return tail[:need]
+
+
+@lru_cache(maxsize=8)
+def _versioned_per_position(structure: SpaceStructure) -> tuple[int, ...]:
+    """How many trainable layers can run at each position: one pass over the layers for all the stages
+    (each stage's lookahead sums its positions; a pass per stage cost 64 x 3,000 lookups at scale)."""
+    counts = [0] * structure.num_positions
+    for lid in range(structure.num_layers):
+        if structure.is_trainable(lid):
+            counts[structure.position_of(lid)] += 1
+    return tuple(counts)
 
 
 def _arrival_from(subnet: int, end: int, ahead: set[int]) -> int | None:
