@@ -100,3 +100,83 @@ def test_the_true_future_gives_belady_and_the_budget_always_holds(sequence: list
         cache.release([layer], dirty=i % 3 == 0)
     assert cache.stats.uses - cache.stats.hits == belady_misses(sequence, capacity)
     assert cache.stats.peak_bytes <= cache.budget
+
+
+class _ScanEveryPlacement(DeviceCache):
+    """The eviction rule as first written (the oracle): at each placement, scan every resident layer, keep the
+    evictable ones needed after ``before``, sort them (furthest next use, least recently used, id), take the head."""
+
+    def _place(self, layer, ranking, before):  # type: ignore[no-untyped-def]
+        size = self.sizes[layer]
+        need = size - self.free
+        victims: list[int] | None = []
+        if need > 0:
+            next_use = {}
+            for position in range(len(ranking.upcoming) - 1, -1, -1):
+                for lid in ranking.upcoming[position]:
+                    next_use[lid] = position
+            limit = -1 if before is None else before
+            candidates = sorted(
+                (lid for lid in self._resident if lid not in self._pins and lid not in self._in_flight
+                 and next_use.get(lid, 1 << 62) > limit),
+                key=lambda lid: (-next_use.get(lid, 1 << 62), self._last_use.get(lid, 0), lid))
+            victims = []
+            for lid in candidates:
+                if need <= 0:
+                    break
+                victims.append(lid)
+                need -= self.sizes[lid]
+            if need > 0:
+                victims = None
+        if victims is None:
+            if before is not None:
+                return []
+            raise CacheCapacityError(f"layer {layer} does not fit")
+        moves = [self._evict(victim) for victim in victims]
+        self._add(layer)
+        self.stats.swap_in_bytes += size
+        return [*moves, Move(layer, size, "in")]
+
+
+_SIZES = {layer: 4 + 3 * (layer % 4) for layer in range(10)}  # 4..13 bytes: one placement may evict several
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=3),
+                          st.lists(st.lists(st.integers(0, 9), max_size=3), max_size=8),
+                          st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=30),
+       st.integers(26, 60))
+def test_one_ranking_per_task_moves_as_a_scan_per_placement_and_as_two_calls(
+        steps: list[tuple[list[int], list[list[int]], bool, bool, bool]], budget: int) -> None:
+    """acquire_and_prefetch == acquire then prefetch == the oracle, move for move, with overlapping tasks
+    (pins held across steps), copies landing late, dirty write-backs and several victims per placement."""
+    fused, apart = DeviceCache(budget, _SIZES), DeviceCache(budget, _SIZES)
+    oracle = _ScanEveryPlacement(budget, _SIZES)
+    held: list[list[int]] = []
+    for layers, upcoming, land, dirty, keep in steps:
+        if sum(_SIZES[x] for x in set(layers) | {x for h in held for x in h}) > budget:
+            continue  # the pinned layers alone would not fit: refused alike, not the point here
+        answers = []
+        for cache in (fused, apart, oracle):
+            try:
+                if cache is fused:
+                    moves = cache.acquire_and_prefetch(layers, upcoming)
+                else:
+                    moves = cache.acquire(layers, upcoming) + cache.prefetch(upcoming)
+            except CacheCapacityError:
+                moves = None
+            answers.append(moves)
+            if moves and land:
+                for move in moves:
+                    if move.direction == "in":
+                        cache.arrived(move.layer)
+        assert answers[0] == answers[1] == answers[2]
+        if answers[0] is None:
+            return
+        held.append(layers)
+        if not keep:  # release the oldest task still running
+            for cache in (fused, apart, oracle):
+                cache.release(held[0], dirty=dirty)
+            held.pop(0)
+        assert fused.stats == apart.stats == oracle.stats
+        assert fused.resident == apart.resident == oracle.resident and fused.used <= budget

@@ -11,12 +11,13 @@ falling back everywhere.
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
 
 from naspipe.partition import balanced_partition
-from naspipe.scheduling import PipelinePlan
+from naspipe.scheduling import PipelinePlan, predictor
 from naspipe.scheduling.driver import drive
 from naspipe.scheduling.policies import PolicyOptions, make_policy
 from naspipe.scheduling.policies.base import StagePolicy
@@ -50,7 +51,9 @@ def _compare(plan: PipelinePlan, system: str, n: int, horizons: tuple[int, ...],
         nonlocal fast
         for horizon in horizons:
             want = predict_by_copy(policy, horizon, n, running=task)
-            assert predict(policy, horizon, n, running=task) == want, (str(task), horizon)
+            got = predict(policy, horizon, n, running=task)
+            assert got == want, (str(task), horizon)
+            assert all(type(t) is Task for t in got)  # the lookahead's memoised forwards are tasks too
             assert predict(policy, horizon, n + 3, running=task) == predict_by_copy(policy, horizon, n + 3, task)
         fast += CSPLookahead.supports(policy)
 
@@ -140,3 +143,17 @@ def test_deep_pipelines_skip_blocked_arrivals_and_agree(monkeypatch: pytest.Monk
         fast = _compare(plan, "csp", 70, (2, 5, 12), seed=candidates, options=PolicyOptions(max_inflight=stages))
         assert fast == 3 * 70 * stages
     assert calls["found"] > 0 and calls["to the end"] > 0
+
+
+def test_a_stage_keeps_its_lookahead_until_its_policy_dies() -> None:
+    """The lookahead is found by the policy's id (no weak reference built per task); a dead policy's
+    entry goes with it, so a new policy at a recycled address never inherits its registrations."""
+    plan = make_plan(blocks=6, candidates=3, stages=2, seed=1)
+    policy = make_policy("csp", 0, plan, PolicyOptions())
+    key = id(policy)
+    first = predictor._fast_lookahead(policy)
+    assert first is not None and predictor._fast_lookahead(policy) is first
+    assert predictor._fast_lookahead(make_policy("gpipe", 0, plan, PolicyOptions())) is None
+    del policy
+    gc.collect()
+    assert key not in predictor._FAST

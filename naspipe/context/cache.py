@@ -10,6 +10,10 @@ Public API (stable; the runtime and the simulator both drive it):
 - ``release(layers, dirty=False)``: the task is done; ``dirty`` marks its layers changed on
   the device (an update), so evicting them writes back first.
 - ``prefetch(upcoming) -> list[Move]``: copies to start now for the predicted future.
+- ``acquire_and_prefetch(layers, upcoming) -> list[Move]``: ``acquire`` then ``prefetch`` with the
+  same ``upcoming``, as one call: the same moves as the two calls in a row (what the runtime's worker
+  and the simulator do before every task), with the first-use table and the victims' order computed
+  once for both instead of once per placement.
 - ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
   layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
 - ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
@@ -36,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from naspipe.errors import UsageError
 
@@ -49,8 +53,10 @@ class CacheCapacityError(UsageError):
     """A task's layers can never fit the device cache (the budget is the user's setting)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
+class Move(NamedTuple):
+    """One copy (or free) the executor performs: immutable, compared by value (a named tuple: several
+    are built per task, and a frozen dataclass's ``__init__`` costs several times a tuple's)."""
+
     layer: int
     nbytes: int
     direction: Direction
@@ -112,8 +118,20 @@ class DeviceCache:
 
     # -- events -------------------------------------------------------------
     def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
+        return self._acquire(layers, _Ranking(self, upcoming))
+
+    def acquire_and_prefetch(self, layers: Iterable[int], upcoming: Upcoming) -> list[Move]:
+        """:meth:`acquire` then :meth:`prefetch`: one ranking of the victims serves both (nothing between the
+        two calls changes it: the task's layers are pinned before either places a layer)."""
+        ranking = _Ranking(self, upcoming)
+        moves = self._acquire(layers, ranking)
+        more = self._prefetch(upcoming, ranking)
+        return moves + more if more else moves
+
+    def _acquire(self, layers: Iterable[int], ranking: _Ranking) -> list[Move]:
         wanted = list(dict.fromkeys(layers))
-        self._check_fits(wanted)
+        if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
+            self._check_fits(wanted)
         tick = self._tick = self._tick + 1
         resident, in_flight, pins, last_use = self._resident, self._in_flight, self._pins, self._last_use
         hits = late = 0
@@ -128,13 +146,12 @@ class DeviceCache:
         stats.uses += len(wanted)
         stats.hits += hits
         stats.late += late
+        if hits == len(wanted):
+            return []
         moves: list[Move] = []
-        next_use = None
         for layer in wanted:
             if layer not in resident:
-                if next_use is None:
-                    next_use = _next_uses(upcoming)
-                moves += self._place(layer, next_use, before=None)
+                moves += self._place(layer, ranking, before=None)
         return moves
 
     def release(self, layers: Iterable[int], dirty: bool = False) -> None:
@@ -153,17 +170,20 @@ class DeviceCache:
         self._in_flight.discard(layer)
 
     def prefetch(self, upcoming: Upcoming) -> list[Move]:
+        return self._prefetch(upcoming, _Ranking(self, upcoming))
+
+    def _prefetch(self, upcoming: Upcoming, ranking: _Ranking) -> list[Move]:
         moves: list[Move] = []
-        next_use = None
+        resident, sizes, budget = self._resident, self.sizes, self.budget
         for position, layers in enumerate(upcoming):
+            if resident.issuperset(layers):  # most positions: nothing to place
+                continue
             for layer in layers:
-                if layer in self._resident:
+                if layer in resident:
                     continue
-                if self.sizes[layer] > self.budget:
+                if sizes[layer] > budget:
                     return moves
-                if next_use is None:  # what choose_victims computes, once per prefetch
-                    next_use = _next_uses(upcoming)
-                placed = self._place(layer, next_use, before=position)
+                placed = self._place(layer, ranking, before=position)
                 if not placed:
                     return moves
                 moves += placed
@@ -186,41 +206,12 @@ class DeviceCache:
 
     def choose_victims(self, nbytes: int, upcoming: Upcoming, before: int | None = None) -> list[int] | None:
         """Evictions freeing ``nbytes``; with ``before``, only layers not needed up to that task."""
-        return self._victims(nbytes, _next_uses(upcoming), before)
+        return _Ranking(self, upcoming).victims(nbytes, before)
 
     # -- internals ----------------------------------------------------------
-    def _victims(self, nbytes: int, next_use: Mapping[int, int], before: int | None) -> list[int] | None:
-        """:meth:`choose_victims` with ``upcoming``'s first uses computed (:func:`_next_uses`)."""
-        need = nbytes - self.free
-        if need <= 0:
-            return []
-        limit = -1 if before is None else before
-        candidates = [
-            layer for layer in self._resident
-            if layer not in self._pins and layer not in self._in_flight and next_use.get(layer, _NEVER) > limit
-        ]
-        last_use, sizes = self._last_use, self.sizes
-
-        def order(layer: int) -> tuple[int, int, int]:  # furthest next use first, then least recently used
-            return -next_use.get(layer, _NEVER), last_use.get(layer, 0), layer
-
-        if not candidates:
-            return None
-        first = min(candidates, key=order)  # the sort's first (keys are distinct): usually all it takes
-        if sizes[first] >= need:
-            return [first]
-        candidates.sort(key=order)
-        victims: list[int] = []
-        for layer in candidates:
-            if need <= 0:
-                break
-            victims.append(layer)
-            need -= self.sizes[layer]
-        return victims if need <= 0 else None
-
-    def _place(self, layer: int, next_use: Mapping[int, int], before: int | None) -> list[Move]:
+    def _place(self, layer: int, ranking: _Ranking, before: int | None) -> list[Move]:
         size = self.sizes[layer]
-        victims = self._victims(size, next_use, before)
+        victims = ranking.victims(size, before)
         if victims is None:
             if before is not None:
                 return []
@@ -229,10 +220,12 @@ class DeviceCache:
                 f"layer {layer} ({size} bytes) does not fit the device cache budget of {self.budget} bytes "
                 f"({pinned} bytes are pinned by running tasks)"
             )
-        moves = [self._evict(victim) for victim in victims]
+        moves = [self._evict(victim) for victim in victims] if victims else []
+        ranking.evicted(len(victims))
         self._add(layer)
         self.stats.swap_in_bytes += size
-        return [*moves, Move(layer, size, "in")]
+        moves.append(Move(layer, size, "in"))
+        return moves
 
     def _add(self, layer: int) -> None:
         self._resident.add(layer)
@@ -250,8 +243,6 @@ class DeviceCache:
         return Move(layer, self.sizes[layer], "drop")
 
     def _check_fits(self, layers: Sequence[int]) -> None:
-        if len(layers) * self._largest <= self.budget:  # once per task: most tasks cannot overflow
-            return
         total = sum(self.sizes[layer] for layer in layers)
         if total <= self.budget:
             return
@@ -262,6 +253,74 @@ class DeviceCache:
         )
 
 
-def _next_uses(upcoming: Upcoming) -> dict[int, int]:
-    """Each layer's first position in ``upcoming`` (built from the end: earlier positions overwrite)."""
-    return {layer: position for position in range(len(upcoming) - 1, -1, -1) for layer in upcoming[position]}
+class _Ranking:
+    """The eviction order of one call (or of :meth:`DeviceCache.acquire_and_prefetch`'s two), built once.
+
+    Why once is enough: while a call places layers, the candidates (resident, arrived, unpinned) only
+    shrink (a placed layer is in flight; pins and last uses change before the first placement), and
+    their keys (next use in ``upcoming``, last use, id) stay. So the candidates sorted by the eviction
+    rule at the first placement that must evict, minus the ones evicted since, are every later
+    placement's sorted candidates; those allowed before a position are a prefix (furthest use first),
+    and a placement's victims are the head of that prefix: exactly :meth:`DeviceCache.choose_victims`
+    on the state of the moment, without a scan and a sort per placed layer.
+    """
+
+    __slots__ = ("cache", "upcoming", "order", "head")
+
+    def __init__(self, cache: DeviceCache, upcoming: Upcoming) -> None:
+        self.cache, self.upcoming = cache, upcoming
+        self.order: list[tuple[int, int, int]] | None = None  # built on the first placement that must evict
+        self.head = 0  # order[:head] were evicted
+
+    def _build(self) -> list[tuple[int, int, int]]:
+        """The candidates' keys, sorted: minus the next use (furthest first), the last use (least recent
+        first), the layer (keys are distinct)."""
+        cache = self.cache
+        candidates = cache._resident.difference(cache._pins, cache._in_flight)
+        next_use = _first_uses(self.upcoming, candidates)
+        last_use = cache._last_use
+        order = [(-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer) for layer in candidates]
+        order.sort()
+        self.order = order
+        return order
+
+    def victims(self, nbytes: int, before: int | None) -> list[int] | None:
+        """The head of the order freeing ``nbytes``, each needed after ``before`` (None: any); None if impossible."""
+        cache = self.cache
+        need = nbytes - (cache.budget - cache.used)
+        if need <= 0:
+            return []
+        order = self.order if self.order is not None else self._build()
+        limit = -1 if before is None else before
+        sizes = cache.sizes
+        victims: list[int] = []
+        for i in range(self.head, len(order)):
+            negative_use, _, layer = order[i]
+            if -negative_use <= limit:
+                return None
+            victims.append(layer)
+            need -= sizes[layer]
+            if need <= 0:
+                return victims
+        return None
+
+    def evicted(self, count: int) -> None:
+        """The head's first ``count`` layers left the device (:meth:`victims`' answer was taken)."""
+        self.head += count
+
+
+def _first_uses(upcoming: Upcoming, layers: set[int]) -> dict[int, int]:
+    """The first position in ``upcoming`` of each of ``layers`` that it uses (a walk that stops once all are found)."""
+    first: dict[int, int] = {}
+    left = set(layers)
+    if not left:
+        return first
+    for position, uses in enumerate(upcoming):
+        if left.isdisjoint(uses):
+            continue
+        for layer in left.intersection(uses):
+            first[layer] = position
+        left.difference_update(uses)
+        if not left:
+            break
+    return first

@@ -34,14 +34,16 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
+from functools import lru_cache, partial
 from heapq import heappop, heappush
 from typing import TypeGuard
-from weakref import WeakKeyDictionary
+from weakref import ref
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task, new_task
+from naspipe.space.structure import SpaceStructure
 
 
 def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
@@ -79,17 +81,40 @@ def predict_by_copy(policy: StagePolicy, horizon: int, end: int, running: Task |
     return _Lookahead(policy, end, running).take(horizon)
 
 
-_FAST: WeakKeyDictionary[StagePolicy, CSPLookahead | None] = WeakKeyDictionary()
+# id(policy) -> (a weak reference to it, its lookahead): a plain dict, read once per task (a weak-key
+# dictionary builds a weak reference per lookup); the reference's callback drops the entry when the
+# policy dies, before its id can be reused.
+_FAST: dict[int, tuple[ref[StagePolicy], CSPLookahead | None]] = {}
 
 
 def _fast_lookahead(policy: StagePolicy) -> CSPLookahead | None:
     """The stage's :class:`CSPLookahead` (kept across calls: it registers subnets ahead once), or None
     when the policy is not one it reproduces."""
-    try:
-        return _FAST[policy]
-    except KeyError:
-        fast = _FAST[policy] = CSPLookahead(policy) if CSPLookahead.supports(policy) else None
-        return fast
+    entry = _FAST.get(id(policy))
+    if entry is not None and entry[0]() is policy:
+        return entry[1]
+    key = id(policy)
+    fast = CSPLookahead(policy) if CSPLookahead.supports(policy) else None
+    _FAST[key] = (ref(policy, partial(_forget, key)), fast)
+    return fast
+
+
+def _forget(key: int, _: object) -> None:
+    """A policy died: its lookahead goes too (its id may be reused by a new policy)."""
+    _FAST.pop(key, None)
+
+
+class _Forwards(dict[int, Task]):
+    """Forward tasks of one stage by subnet, built on first use: a subnet's forward is predicted several
+    times before it runs, and a lookup costs a fraction of building the task."""
+
+    def __init__(self, stage: int) -> None:
+        super().__init__()
+        self.stage = stage
+
+    def __missing__(self, subnet: int) -> Task:
+        task = self[subnet] = new_task((FORWARD, subnet, self.stage))
+        return task
 
 
 class _Lookahead:
@@ -168,7 +193,7 @@ class CSPLookahead:
     _AHEAD = 32  # subnets registered ahead at a time when a prediction runs past the registered ones
 
     def __init__(self, policy: CSP) -> None:
-        self.policy = policy
+        self._policy = ref(policy)  # weak: the lookahead lives as long as its policy (kept in _FAST), not longer
         self.stage = policy.stage
         self.depth = policy.plan.num_stages - 1 - policy.stage
         self._slices = policy.plan.versioned_slices
@@ -186,11 +211,18 @@ class CSPLookahead:
         self._followers: dict[int, list[int]] = {}  # unwritten subnet -> registered subnets it blocks
         self._zeros: list[int] = []  # registered subnets none blocks, in id order
         self._until_prune = self._PRUNE_EVERY
+        self._forwards = _Forwards(self.stage)
         self._end = 0  # the stream's end in the prediction running now
-        bounds, structure = policy.plan.partition.bounds, policy.plan.structure
-        here = range(bounds[self.stage], bounds[self.stage + 1])  # the versioned layers any subnet can run here
-        self._layer_count = sum(1 for lid in range(structure.num_layers)
-                                if structure.position_of(lid) in here and structure.is_trainable(lid))
+        bounds = policy.plan.partition.bounds
+        per_position = _versioned_per_position(policy.plan.structure)  # the versioned layers any subnet can run here:
+        self._layer_count = sum(per_position[bounds[self.stage]:bounds[self.stage + 1]])
+
+    @property
+    def policy(self) -> CSP:
+        """The live policy it reads (alive while anyone predicts for it)."""
+        policy = self._policy()
+        assert policy is not None
+        return policy
 
     @staticmethod
     def supports(policy: StagePolicy) -> TypeGuard[CSP]:
@@ -261,6 +293,8 @@ class CSPLookahead:
         floor = min(min(unwritten, default=registered), registered)
         for subnet in [y for y in self.preds if y < floor]:
             del self.preds[subnet]
+        for subnet in [y for y in self._forwards if y < floor]:
+            del self._forwards[subnet]
         del self._zeros[:bisect_left(self._zeros, floor)]
         self._until_prune = self._PRUNE_EVERY
 
@@ -275,7 +309,8 @@ class CSPLookahead:
         live = self.policy
         self._end = end
         ready_u, ready_b, ready_f, waiting_live, unwritten, registered = live.lookahead_view()
-        self._sync(unwritten, registered)
+        if (registered, len(unwritten)) != self._seen:
+            self._sync(unwritten, registered)
         if self._until_prune <= 0:  # here, not while registering: a prediction holds indices into _zeros
             self._prune()
         ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
@@ -338,7 +373,7 @@ class CSPLookahead:
                 continue
             if ready_f:
                 subnet = heappop(ready_f)
-                out.append(new_task((FORWARD, subnet, stage)))
+                out.append(self._forwards[subnet])
                 if is_last:
                     heappush(ready_b, subnet)
                 else:
@@ -348,9 +383,10 @@ class CSPLookahead:
             if arrival and not is_first and len(pending) + horizon - len(out) <= depth:
                 # Only arrivals can come (no backward is released before the horizon): read them.
                 assert next_arrival is not None
-                tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered)
+                tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered, ahead)
                 if tail is not None:
-                    out += [new_task((FORWARD, subnet, stage)) for subnet in tail]
+                    forwards = self._forwards
+                    out += [forwards[subnet] for subnet in tail]
                     break
             elif pending and (len(pending) >= depth or not arrival):
                 lowest = min(pending)
@@ -427,18 +463,17 @@ class CSPLookahead:
             self.register_through(min(self._next + self._AHEAD, limit - 1))
 
     def _ready_arrivals(self, need: int, first: int, written: set[int], unwritten: dict[int, int],
-                        registered: int) -> list[int] | None:
+                        registered: int, ahead: set[int]) -> list[int] | None:
         """What :meth:`take` takes when only arrivals can come, from the registrations kept between
         predictions: the first ``need`` arrivals from ``first`` on whose predecessors have all written,
         live or in the run-ahead (``written``). None when the stream ends first (:meth:`take` then
         takes the ready ones one at a time, :meth:`_next_ready`)."""
-        zeros, end = self._zeros, self._end
-        ahead = self.policy.overtaken()  # arrived already: not an arrival
+        zeros, end = self._zeros, self._end  # ``ahead``: arrived already, not an arrival
         if self._next <= first:
             self.register_through(min(first + self._AHEAD, end - 1))
         start = bisect_left(zeros, first)  # registering appends: later subnets only
         while True:  # enough subnets registered that the live writes alone leave `need` of them ready
-            tail = [y for y in zeros[start:] if y not in ahead] if ahead else zeros[start:start + need]
+            tail = _first_not_in(zeros, start, need, ahead) if ahead else zeros[start:start + need]
             if len(tail) >= need and tail[need - 1] < end:
                 break
             if self._next >= end or self._covered(written, registered):
@@ -456,9 +491,33 @@ class CSPLookahead:
         return tail[:need]
 
 
+@lru_cache(maxsize=8)
+def _versioned_per_position(structure: SpaceStructure) -> tuple[int, ...]:
+    """How many trainable layers can run at each position: one pass over the layers for all the stages
+    (each stage's lookahead sums its positions; a pass per stage cost 64 x 3,000 lookups at scale)."""
+    counts = [0] * structure.num_positions
+    for lid in range(structure.num_layers):
+        if structure.is_trainable(lid):
+            counts[structure.position_of(lid)] += 1
+    return tuple(counts)
+
+
 def _arrival_from(subnet: int, end: int, ahead: set[int]) -> int | None:
     """The first arrival from ``subnet`` on: below ``end`` and not arrived already (``ahead``), or None
     (:meth:`StagePolicy.pending_arrivals` without the generator)."""
     while subnet in ahead:
         subnet += 1
     return subnet if subnet < end else None
+
+
+def _first_not_in(sorted_ids: list[int], start: int, count: int, skip: set[int]) -> list[int]:
+    """The first ``count`` of ``sorted_ids[start:]`` not in ``skip``: the lowest ones, all a prediction's tail
+    can take (the rest of the list, up to the stream's registered end, is not walked)."""
+    found: list[int] = []
+    for i in range(start, len(sorted_ids)):
+        y = sorted_ids[i]
+        if y not in skip:
+            found.append(y)
+            if len(found) == count:
+                break
+    return found

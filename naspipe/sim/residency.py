@@ -25,7 +25,7 @@ from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.predictor import predict, task_layers
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
 
@@ -139,9 +139,8 @@ class ContextCache:
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands
         self.wait_s = 0.0
-        # layer_uses' lists, kept per subnet until its update here (the plan's caches hold every stage's)
-        self._all: dict[int, tuple[int, ...]] = {}
-        self._trainable: dict[int, tuple[int, ...]] = {}
+        # layer_uses' lists, kept per task until the subnet's update here (the plan's caches hold every stage's)
+        self._uses = _TaskLayers(plan)
 
     @property
     def stats(self) -> CopyStats:
@@ -149,37 +148,30 @@ class ContextCache:
         return CopyStats(s.hits, s.uses - s.hits, float(s.swap_in_bytes), float(s.swap_out_bytes), self.wait_s)
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        self._land(now)
-        upcoming = self._layer_uses(predict(self.policy, self.horizon, self.end, running=task))
+        landing = self.landing
+        if landing:
+            self._land(now)
+        uses = self._uses
+        upcoming = [uses[t] for t in predict(self.policy, self.horizon, self.end, running=task)]
         if task[0] is UPDATE:  # the subnet's last task here: its lists are not asked for again
-            self._all.pop(task[1], None)
-            self._trainable.pop(task[1], None)
-        self._perform(self.cache.acquire(layers, upcoming), now)
-        self._perform(self.cache.prefetch(upcoming), now)
-        ready = max([now, *(self.landing[lid] for lid in layers if lid in self.landing)])
-        for lid in layers:
-            if lid in self.landing:
-                del self.landing[lid]
-                self.cache.arrived(lid)
+            uses.forget(task)
+        moves = self.cache.acquire_and_prefetch(layers, upcoming)  # the worker's acquire, then prefetch
+        if moves:
+            self._perform(moves, now)
+        ready = now
+        if landing:
+            for lid in layers:
+                lands = landing.pop(lid, None)
+                if lands is not None:
+                    if lands > ready:
+                        ready = lands
+                    self.cache.arrived(lid)
         self.wait_s += ready - now
         return ready
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         self.cache.release(layers, dirty=task.kind is UPDATE)
         return now
-
-    def _layer_uses(self, tasks: list[Task]) -> list[tuple[int, ...]]:
-        """:func:`naspipe.scheduling.predictor.layer_uses` of ``tasks`` (all on this stage), memoised here:
-        a subnet is predicted many times before it runs, and the plan's caches, keyed by (subnet, stage)
-        for every stage, cost more per lookup and stop holding a long run's window."""
-        out = []
-        for task in tasks:
-            memo = self._trainable if task[0] is UPDATE else self._all
-            layers = memo.get(task[1])
-            if layers is None:
-                layers = memo[task[1]] = task_layers(self.plan, task)
-            out.append(layers)
-        return out
 
     def replaced(self, layer: int) -> None:
         """As the runtime's ``ContextManager.replace``: wait for a copy in flight, drop the device copy
@@ -196,13 +188,42 @@ class ContextCache:
             self.cache.arrived(lid)
 
     def _perform(self, moves: list[Move], now: float) -> None:
-        for move in moves:
-            if move.direction == "drop":
+        copy_free, free_io, landing = self.copy_free, self.costs.free_io, self.landing
+        for layer, nbytes, direction in moves:
+            if direction == "drop":
                 continue
-            start = max(now, self.copy_free)
-            self.copy_free = start + (0.0 if self.costs.free_io else self.costs.hardware.copy_s(move.nbytes))
-            if move.direction == "in":
-                self.landing[move.layer] = self.copy_free
+            start = max(now, copy_free)
+            copy_free = start + (0.0 if free_io else self.costs.hardware.copy_s(nbytes))
+            if direction == "in":
+                landing[layer] = copy_free
+        self.copy_free = copy_free
+
+
+class _TaskLayers(dict[Task, tuple[int, ...]]):
+    """:func:`naspipe.scheduling.predictor.layer_uses` of one stage's tasks, memoised by task: a subnet's
+    tasks are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for
+    every stage, cost more per lookup and stop holding a long run's window. A forward and its backward share
+    one tuple."""
+
+    def __init__(self, plan: PipelinePlan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def __missing__(self, task: Task) -> tuple[int, ...]:
+        kind, subnet, stage = task
+        if kind is not UPDATE:
+            sibling = new_task((BACKWARD if kind is FORWARD else FORWARD, subnet, stage))
+            if sibling in self:
+                layers = self[task] = self[sibling]
+                return layers
+        layers = self[task] = task_layers(self.plan, task)
+        return layers
+
+    def forget(self, update: Task) -> None:
+        """The subnet's update started: none of its tasks here is predicted again."""
+        _, subnet, stage = update
+        for kind in (FORWARD, BACKWARD, UPDATE):
+            self.pop(new_task((kind, subnet, stage)), None)
 
 
 def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
