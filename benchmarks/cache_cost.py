@@ -1,0 +1,163 @@
+"""The context cache's cost per task in the simulator (docs/cache-performance.md), as figures.
+
+Three measurements, each for the tree on ``PYTHONPATH`` (run once per tree to compare)::
+
+    python benchmarks/cache_cost.py window --subnets 10000        # the whole run, CPU us per task
+    python benchmarks/cache_cost.py record --subnets 300 --log FILE
+    python benchmarks/cache_cost.py replay --log FILE --repeats 6  # the DeviceCache alone
+
+``window`` runs ``naspipe simulate`` (toy, 126 blocks x 24 candidates, csp, uniform costs,
+``cache.enabled=true``) in this process and takes the process's CPU clock every 192,000
+tasks (``ContextCache.acquire`` calls): the median over those windows is the steady cost per
+task, free of start-up and of the run's length. ``record`` keeps every ``DeviceCache`` call
+of such a run with its answer; ``replay`` makes the same calls on fresh caches of the tree
+it runs in, checks every answer equal to the recorded one and reports the CPU seconds of the
+calls alone (median over repeats): the cache's own cost, without the predictor or the engine.
+Timings vary with the machine's load: compare trees alternately, in one sitting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import pickle
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # PYTHONPATH, when set, picks the tree
+
+from naspipe.cli import main as naspipe_main  # noqa: E402
+from naspipe.context import cache as cache_module  # noqa: E402
+from naspipe.sim import residency  # noqa: E402
+
+WINDOW = 192_000  # tasks per window: about 1,000 subnets at 64 stages
+CALLS = ("acquire_and_prefetch", "acquire", "prefetch", "release", "arrived", "discard")
+
+
+def simulate(subnets: int, stages: int, out: Path) -> None:
+    """The issue's command with the cache on, in this process."""
+    naspipe_main(["simulate", "--space", "toy", "--set", "space.blocks=126", "--set", "space.candidates=24",
+                  "--system", "csp", "--stages", str(stages), "--steps", str(subnets), "--costs", "uniform",
+                  "--set", "cache.enabled=true", "--out", str(out), "--overwrite"])
+
+
+def window(subnets: int, stages: int) -> dict[str, Any]:
+    """CPU microseconds per task in each window of :data:`WINDOW` tasks, and their median."""
+    marks: list[float] = []
+    count = [0]
+    original = residency.ContextCache.acquire
+
+    def counted(self: residency.ContextCache, *args: Any) -> float:
+        count[0] += 1
+        if count[0] % WINDOW == 0:
+            marks.append(time.process_time())
+        return original(self, *args)
+
+    residency.ContextCache.acquire = counted  # type: ignore[method-assign]
+    start = time.process_time()
+    with tempfile.TemporaryDirectory() as tmp:
+        simulate(subnets, stages, Path(tmp) / "run")
+    per_task = [(b - a) / WINDOW * 1e6 for a, b in zip(marks, marks[1:], strict=False)]
+    return {"tasks": count[0], "cpu_s": round(time.process_time() - start, 2),
+            "windows_us": [round(x, 1) for x in per_task],
+            "median_us": round(statistics.median(per_task), 2) if per_task else None}
+
+
+def _answer(result: Any) -> Any:
+    return [(m.layer, m.nbytes, m.direction) for m in result] if isinstance(result, list) else result
+
+
+def record(subnets: int, stages: int, log: Path) -> int:
+    """Every DeviceCache construction and call of one run, with its answer, pickled to ``log``."""
+    entries: list[tuple[Any, ...]] = []
+    ids: dict[int, int] = {}
+    cls = cache_module.DeviceCache
+    init = cls.__init__
+
+    def constructed(self: Any, budget: int, sizes: Any, resident: Any = ()) -> None:
+        init(self, budget, sizes, resident)
+        ids[id(self)] = len(ids)
+        entries.append(("init", ids[id(self)], budget, dict(sizes), tuple(resident)))
+
+    def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def called(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = method(self, *args, **kwargs)
+            entries.append((name, ids[id(self)], args, kwargs, _answer(result)))
+            return result
+        return called
+
+    cls.__init__ = constructed  # type: ignore[method-assign]
+    for name in CALLS:
+        setattr(cls, name, wrap(name, getattr(cls, name)))
+    with tempfile.TemporaryDirectory() as tmp:
+        simulate(subnets, stages, Path(tmp) / "run")
+    log.write_bytes(pickle.dumps(entries))
+    return len(entries)
+
+
+def replay(log: Path, repeats: int) -> dict[str, Any]:
+    """The recorded calls on this tree's DeviceCache: CPU seconds per repeat; raises if an answer differs."""
+    entries = pickle.loads(log.read_bytes())
+    seconds = []
+    for _ in range(repeats):
+        caches: dict[int, Any] = {}
+        calls: list[tuple[Callable[[], Any], Any]] = []
+        for entry in entries:
+            if entry[0] == "init":
+                caches[entry[1]] = cache_module.DeviceCache(*entry[2:])
+                continue
+            name, index, args, kwargs, answer = entry
+            calls.append((_bound(caches[index], name, args, kwargs), answer))
+        gc.collect()
+        gc.disable()  # as the engine runs the cache (sim/engine.py): the recorded log is not the cache's cost
+        try:
+            start = time.process_time()
+            answers = [call() for call, _ in calls]
+            seconds.append(time.process_time() - start)
+        finally:
+            gc.enable()
+        for n, (got, (_, want)) in enumerate(zip(answers, calls, strict=True)):
+            if _answer(got) != want:
+                raise AssertionError(f"call {n}: the cache answered {_answer(got)!r}, recorded {want!r}")
+    tasks = sum(1 for e in entries if e[0] in ("acquire_and_prefetch", "acquire"))
+    return {"calls": sum(1 for e in entries if e[0] != "init"), "tasks": tasks,
+            "cpu_s": [round(s, 3) for s in seconds], "median_s": round(statistics.median(seconds), 3),
+            "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+
+
+def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """The recorded call on ``cache``; a tree without the fused call makes its two calls (the same moves)."""
+    if name == "acquire_and_prefetch" and not hasattr(cache, name):
+        layers, upcoming = args
+        return lambda: cache.acquire(layers, upcoming) + cache.prefetch(upcoming)
+    method = getattr(cache, name)
+    return lambda: method(*args, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("window", "record", "replay"))
+    parser.add_argument("--subnets", type=int, default=3000)
+    parser.add_argument("--stages", type=int, default=64)
+    parser.add_argument("--log", type=Path, help="record: where to write the calls; replay: the calls to make")
+    parser.add_argument("--repeats", type=int, default=6)
+    args = parser.parse_args(argv)
+    if args.what == "window":
+        print(json.dumps(window(args.subnets, args.stages)))
+    elif args.log is None:
+        parser.error(f"{args.what} needs --log FILE")
+    elif args.what == "record":
+        print(f"{record(args.subnets, args.stages, args.log)} calls recorded in {args.log}")
+    else:
+        print(json.dumps(replay(args.log, args.repeats)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
