@@ -29,6 +29,19 @@ def test_stage_rows_are_the_plans_versioned_slices(shared_policy, blocks, candid
             assert got[y & CHUNK_MASK] == list(plan.versioned_slices(y)[k]), (y, k)
 
 
+@pytest.mark.parametrize(("blocks", "candidates"), [(7, 2), (12, 5)])
+def test_layer_rows_are_position_layers_at_every_range_of_positions(blocks, candidates):
+    structure = make_structure(blocks, candidates, "causal")
+    stream = SubnetStream(structure.choices_per_block, blocks)
+    count = structure.num_positions
+    for lo in range(count + 1):
+        for hi in range(lo, count + 1):
+            positions = range(lo, hi)
+            got = structure.layer_rows(stream.choice_rows(3, 40, structure.blocks_at(positions)), positions)
+            want = [list(structure.position_layers(stream[y])[lo:hi]) for y in range(3, 43)]
+            assert got.dtype == np.int64 and got.tolist() == want, positions
+
+
 def test_stage_rows_follow_an_uneven_partition_and_keep_a_few_chunks():
     structure = make_structure(9, 3, "causal")
     plan = PipelinePlan(structure, balanced_partition([1.0, 5.0, *[1.0] * 8, 4.0], 3),

@@ -110,9 +110,6 @@ class CostTable:
         self._swap_bytes = None if swapped is None else np.array(
             [costs.param_bytes(lid) if lid in swapped else 0.0 for lid in range(n)], dtype=np.float64)
         self._out_bytes = np.array([info.out_bytes for info in costs.info], dtype=np.float64)
-        self._prefix = np.arange(len(structure.prefix), dtype=np.int64)
-        self._offsets = np.array([structure.layer_id(b, 0) for b in range(len(structure.blocks))], dtype=np.int64)
-        self._suffix = np.arange(n - len(structure.suffix), n, dtype=np.int64)
         bounds = plan.partition.bounds
         self._stage_of_position = np.repeat(np.arange(self.stages), np.diff(np.asarray(bounds)))
         self._last_position = np.asarray(bounds[1:], dtype=np.int64) - 1  # of each stage
@@ -138,11 +135,7 @@ class CostTable:
 
     def layer_matrix(self, index: int) -> np.ndarray:
         """Row ``i``: the layer subnet ``index * BLOCK + i`` runs at each position (as SubnetLayers)."""
-        choices = self.plan.stream.choice_rows(index * BLOCK, BLOCK)
-        rows = choices.shape[0]
-        chosen = choices.reshape(rows, -1) + self._offsets
-        return np.concatenate([np.broadcast_to(self._prefix, (rows, self._prefix.size)), chosen,
-                               np.broadcast_to(self._suffix, (rows, self._suffix.size))], axis=1)
+        return self.plan.structure.layer_rows(self.plan.stream.choice_rows(index * BLOCK, BLOCK))
 
     def stage_of(self, index: int) -> tuple[np.ndarray | None, np.ndarray]:
         """Per-subnet plans: ``(stage of every (row, position), last position of every (row, stage))``;

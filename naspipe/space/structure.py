@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from naspipe.subnet import Subnet
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SharedPolicy = Literal["frozen", "causal", "windowed"]
 SHARED_POLICIES: tuple[str, ...] = ("frozen", "causal", "windowed")
@@ -85,6 +88,35 @@ class SpaceStructure:
                 self.layer_id(b, c)  # raises, naming the first block out of range
         prefix, suffix = self._shared_ids
         return prefix + tuple(map(operator.add, self._block_offsets, choices)) + suffix
+
+    def blocks_at(self, positions: range) -> slice:
+        """The choice blocks among ``positions``: the slice of a subnet's choices they read."""
+        first, count = len(self.prefix), len(self.blocks)
+        lo = min(max(positions.start - first, 0), count)
+        return slice(lo, min(max(positions.stop - first, lo), count))
+
+    def layer_rows(self, choices: np.ndarray, positions: range | None = None) -> np.ndarray:
+        """:meth:`position_layers` of many subnets at once, at ``positions`` (all by default).
+
+        Row ``i`` comes from ``choices[i]``, one subnet's choices at :meth:`blocks_at` ``(positions)``
+        (``SubnetStream.choice_rows`` reads them so), as int64 layer ids in position order. The
+        simulator's cost table and CSP's registration read a block of subnets at a time this way;
+        choices are not range-checked (the stream draws them in range)."""
+        import numpy as np  # here: the structure is read by commands that load no numpy
+
+        positions = range(self.num_positions) if positions is None else positions
+        prefix, suffix = self._shared_ids
+        first_suffix = self.num_positions - len(suffix)
+        rows = choices.shape[0]
+        offsets = np.asarray(self._block_offsets[self.blocks_at(positions)], dtype=np.int64)
+        parts = [choices.reshape(rows, -1) + offsets]
+        before = [prefix[p] for p in positions if p < len(prefix)]
+        after = [suffix[p - first_suffix] for p in positions if p >= first_suffix]
+        if before:
+            parts.insert(0, np.broadcast_to(np.asarray(before, dtype=np.int64), (rows, len(before))))
+        if after:
+            parts.append(np.broadcast_to(np.asarray(after, dtype=np.int64), (rows, len(after))))
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
 
     def is_shared(self, layer: int) -> bool:
         return layer < len(self.prefix) or layer >= self.num_layers - len(self.suffix)

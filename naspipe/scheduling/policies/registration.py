@@ -5,18 +5,14 @@ at the simulator's scale). :meth:`PipelinePlan.versioned_slices` answers one sub
 all stages (its layers per position, cut per stage, filtered; ~40 us a subnet, most of the work
 for stages other than the asking one, then a cache lookup per stage). With one partition for
 every subnet a stage's versioned positions are fixed, so its layers for a chunk of subnets are a
-few columns of the stream's choices plus fixed offsets: one array operation per chunk and stage
-(:meth:`SubnetStream.choice_rows`), the same layer ids in the same (position) order.
+few columns of the stream's choices turned into layer ids: one array operation per chunk and stage
+(:meth:`SubnetStream.choice_rows`, :meth:`SpaceStructure.layer_rows`), the same layer ids in the same
+(position) order.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from naspipe.scheduling.plan import PipelinePlan
-
-if TYPE_CHECKING:
-    import numpy as np
 
 CHUNK_SHIFT = 8
 CHUNK = 1 << CHUNK_SHIFT  # subnets per chunk
@@ -30,25 +26,11 @@ class StageRows:
     Only for static plans (one partition): :func:`stage_rows` says whether it applies."""
 
     def __init__(self, plan: PipelinePlan, stage: int) -> None:
-        structure = plan.structure
         bounds = plan.partition.bounds
-        lo, hi = bounds[stage], bounds[stage + 1]
-        first_choice, choices = len(structure.prefix), len(structure.blocks)
-        self._stream = plan.stream
-        self._lo = max(lo, first_choice) - first_choice  # the stage's choice columns [_lo, _hi)
-        self._hi = max(min(hi, first_choice + choices) - first_choice, self._lo)
-        self._offsets = [structure.layer_id(b, 0) for b in range(self._lo, self._hi)]
-        skip = plan.windowed
-
-        def versioned(lid: int) -> bool:
-            return structure.is_trainable(lid) and lid not in skip
-
-        # the stage's shared positions' layers (fixed), before and after its choice columns
-        before = list(range(lo, min(hi, first_choice)))  # a prefix position's layer id is the position
-        last = structure.num_layers - structure.num_positions  # a suffix position's layer id is the position + last
-        after = [last + p for p in range(max(lo, first_choice + choices), hi)]
-        self._before = [lid for lid in before if versioned(lid)]
-        self._after = [lid for lid in after if versioned(lid)]
+        self._structure, self._stream, self._windowed = plan.structure, plan.stream, plan.windowed
+        self._positions = range(bounds[stage], bounds[stage + 1])
+        self._columns = self._structure.blocks_at(self._positions)  # the stage's choice columns
+        self._keep: list[int] | None = None  # the versioned ones among the stage's positions (first chunk)
         self.chunks: dict[int, list[list[int]]] = {}
 
     def chunk(self, index: int) -> list[list[int]]:
@@ -61,15 +43,14 @@ class StageRows:
         return rows
 
     def _build(self, index: int) -> list[list[int]]:
-        import numpy as np  # here: the policies are imported by commands that never register a subnet
-
-        columns: np.ndarray = self._stream.choice_rows(index * CHUNK, CHUNK, slice(self._lo, self._hi))
-        layers = columns + np.asarray(self._offsets, dtype=np.int64)
-        if self._before or self._after:
-            fixed = (np.broadcast_to(np.asarray(ids, dtype=np.int64), (CHUNK, len(ids)))
-                     for ids in (self._before, self._after))
-            before, after = fixed
-            layers = np.concatenate([before, layers, after], axis=1)
+        columns = self._stream.choice_rows(index * CHUNK, CHUNK, self._columns)
+        layers = self._structure.layer_rows(columns, self._positions)
+        if self._keep is None:  # a position is versioned or not whatever its layer (only shared ones are not)
+            structure, skip = self._structure, self._windowed
+            self._keep = [j for j, lid in enumerate(layers[0].tolist())
+                          if structure.is_trainable(lid) and lid not in skip]
+        if len(self._keep) < layers.shape[1]:
+            layers = layers[:, self._keep]
         return layers.tolist()  # type: ignore[no-any-return]
 
 
