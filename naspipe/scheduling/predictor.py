@@ -260,11 +260,9 @@ class CSPLookahead:
         """Catch up with the live writes: a registered subnet has written once it left ``unwritten``.
 
         Only registering adds to ``unwritten`` (and raises ``registered``), only a write removes from it:
-        with both sizes unchanged since the last call (two tasks in three), there is nothing to do."""
-        seen = (registered, len(unwritten))
-        if seen == self._seen:
-            return
-        self._seen = seen
+        with both sizes unchanged since the last call (:attr:`_seen`; two tasks in three) there is nothing
+        to do, and :meth:`take` does not call it."""
+        self._seen = (registered, len(unwritten))
         tracked = self._tracked
         for subnet in [x for x in tracked if x not in unwritten]:
             tracked.remove(subnet)
