@@ -457,12 +457,18 @@ class CSPLookahead:
                 assert next_arrival is not None
                 tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered, ahead)
                 if tail is not None:
-                    forwards, at, first = self._forwards, len(out), next_arrival
-                    for subnet in tail:  # each after one arrival, or more when blocked ones came between
-                        heard[at] = 1 if subnet == first else 2
-                        out.append(forwards[subnet])
-                        at += 1
-                        first = _arrival_from(subnet + 1, end, ahead)
+                    forwards, at = self._forwards, len(out)
+                    out += [forwards[subnet] for subnet in tail]
+                    if ahead:  # each after one arrival, or more when blocked ones came between
+                        for subnet in tail:
+                            heard[at] = 1 if subnet == next_arrival else 2
+                            at += 1
+                            next_arrival = _arrival_from(subnet + 1, end, ahead)
+                    else:  # no arrival overtook: the one after ``y`` is ``y + 1``
+                        for subnet in tail:
+                            heard[at] = 1 if subnet == next_arrival else 2
+                            at += 1
+                            next_arrival = subnet + 1
                     break
             elif pending and (len(pending) >= depth or not arrival):
                 lowest = min(pending)
