@@ -70,7 +70,7 @@ def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = 
         return []
     fast = _fast_lookahead(policy)
     if fast is not None:
-        return fast.answer(policy, horizon, end, running)
+        return fast.answer(policy, horizon, end, running)  # type: ignore[arg-type]  # a CSP: supports() said so
     return _Lookahead(policy, end, running).take(horizon)
 
 
