@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -21,6 +22,7 @@ from naspipe.scheduling import PipelinePlan, predictor
 from naspipe.scheduling.driver import drive
 from naspipe.scheduling.policies import PolicyOptions, make_policy
 from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.predictor import CSPLookahead, predict, predict_by_copy
 from naspipe.scheduling.task import Kind, Task
 from naspipe.subnet import SubnetStream
@@ -41,36 +43,61 @@ def _durations(seed: int) -> dict[Task, float]:
     return duration  # type: ignore[return-value]
 
 
+class Counts:
+    """What :func:`_compare` saw: tasks whose stage took :class:`CSPLookahead`, and answers it shifted."""
+
+    def __init__(self) -> None:
+        self.fast = 0
+        self.reused = 0
+
+
 def _compare(plan: PipelinePlan, system: str, n: int, horizons: tuple[int, ...], seed: int,
-             options: PolicyOptions | None = None, resume: int = 0) -> int:
-    """Drive a run, comparing both predictions before every task; returns how many used the fast path."""
+             options: PolicyOptions | None = None, resume: int = 0, counts: Counts | None = None) -> int:
+    """Drive a run, comparing both predictions before every task; returns how many used the fast path.
+
+    Every horizon and two stream ends are compared on a fresh run-ahead (:meth:`CSPLookahead._run_ahead`,
+    which keeps nothing), then one public :func:`predict` call per task, of a horizon drawn at random, is
+    compared too: it is the stage's only kept answer, so consecutive tasks exercise the shift
+    (:meth:`CSPLookahead.answer`) as an executor does, with horizons that change from call to call."""
     options = options or PolicyOptions()
-    fast = 0
+    counts = counts if counts is not None else Counts()
+    rng = random.Random(seed)
 
     def look(task: Task, policy: StagePolicy) -> None:
-        nonlocal fast
+        lookahead = predictor._fast_lookahead(policy)
         for horizon in horizons:
-            want = predict_by_copy(policy, horizon, n, running=task)
-            got = predict(policy, horizon, n, running=task)
-            assert got == want, (str(task), horizon)
-            assert all(type(t) is Task for t in got)  # the lookahead's memoised forwards are tasks too
-            assert predict(policy, horizon, n + 3, running=task) == predict_by_copy(policy, horizon, n + 3, task)
-        fast += CSPLookahead.supports(policy)
+            for end in (n, n + 3):
+                want = predict_by_copy(policy, horizon, end, running=task)
+                if lookahead is None:
+                    got = predict(policy, horizon, end, running=task)
+                else:
+                    got = lookahead._run_ahead(policy, horizon, end, task, {})
+                assert got == want, (str(task), horizon, end)
+                assert all(type(t) is Task for t in got)  # the lookahead's memoised forwards are tasks too
+        horizon = rng.choice(horizons)
+        before = lookahead.reused if lookahead is not None else 0
+        assert predict(policy, horizon, n, running=task) == predict_by_copy(policy, horizon, n, task), str(task)
+        if lookahead is not None:
+            counts.fast += 1
+            counts.reused += lookahead.reused - before
 
     policies = [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
     if resume:
         for policy in policies:
             policy.resume_at(resume)
     drive(plan, system, n, options, duration=_durations(seed), policies=policies, on_start=look)
-    return fast
+    return counts.fast
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("inflight", [1, 4, 9])
 def test_csp_static_plans_agree_at_every_task(stages: int, inflight: int) -> None:
     plan = make_plan(blocks=10, candidates=3, stages=stages, seed=stages + inflight)
-    fast = _compare(plan, "csp", 40, (1, 3, 8, 20), seed=stages, options=PolicyOptions(max_inflight=inflight))
+    counts = Counts()
+    fast = _compare(plan, "csp", 40, (1, 3, 8, 20), seed=stages, options=PolicyOptions(max_inflight=inflight),
+                    counts=counts)
     assert fast == 3 * 40 * stages  # every task of every stage went through CSPLookahead
+    assert counts.reused > fast // 5  # and many answers were the last one shifted (about half at this size)
 
 
 @pytest.mark.parametrize("shared", ["frozen", "causal"])
@@ -157,3 +184,63 @@ def test_a_stage_keeps_its_lookahead_until_its_policy_dies() -> None:
     del policy
     gc.collect()
     assert key not in predictor._FAST
+
+
+def test_shifted_answers_cover_calls_with_and_without_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both kinds of shift are taken: no message since the last call, and the one message the run-ahead
+    assumed (an arrival, a gradient), each checked against the copy by :func:`_compare`."""
+    kinds = {"quiet": 0, "one message": 0}
+    original = CSPLookahead.answer
+
+    def answer(self: CSPLookahead, live: CSP, horizon: int, end: int, running: Task | None) -> list[Task]:
+        before, messages = self.reused, self._messages
+        got = original(self, live, horizon, end, running)
+        if self.reused > before:
+            kinds["quiet" if live.messages == messages else "one message"] += 1
+        return got
+
+    monkeypatch.setattr(CSPLookahead, "answer", answer)
+    for stages in (1, 4, 7):
+        plan = make_plan(blocks=9, candidates=3, stages=stages, seed=stages)
+        _compare(plan, "csp", 40, (2, 6), seed=stages, options=PolicyOptions(max_inflight=stages + 1))
+    assert kinds["quiet"] > 50 and kinds["one message"] > 50, kinds
+
+
+def _uncounted_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: forward arrivals change the state without counting as messages."""
+    original = CSP.forward_arrived
+
+    def forward_arrived(self: CSP, subnet: int) -> None:
+        original(self, subnet)
+        self.messages -= 1
+
+    monkeypatch.setattr(CSP, "forward_arrived", forward_arrived)
+
+
+def _one_message_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: the run-ahead claims one assumed message before every task."""
+    original = CSPLookahead._run_ahead
+
+    def run_ahead(self: CSPLookahead, live: CSP, horizon: int, end: int, running: Task | None,
+                  heard: dict[int, int]) -> list[Task]:
+        out = original(self, live, horizon, end, running, {})
+        heard.update(dict.fromkeys(range(len(out) + 1), 1))
+        return out
+
+    monkeypatch.setattr(CSPLookahead, "_run_ahead", run_ahead)
+
+
+@pytest.mark.parametrize("plant", [_uncounted_arrivals, _one_message_everywhere])
+def test_a_wrong_shift_is_caught(monkeypatch: pytest.MonkeyPatch, plant: Callable[[pytest.MonkeyPatch], None]) -> None:
+    """The comparison sees a shift that is not exact: with either planted bug some answer differs. (An
+    uncounted arrival often changes nothing: forwards come last and arrive in id order in the run-ahead
+    too; a few pipelines are enough for one that does.)"""
+    plant(monkeypatch)
+    caught = 0
+    for stages, inflight in ((2, 4), (3, 4), (8, 9)):
+        plan = make_plan(blocks=9, candidates=3, stages=stages, seed=stages)
+        try:
+            _compare(plan, "csp", 40, (2, 6), seed=stages, options=PolicyOptions(max_inflight=inflight))
+        except AssertionError:
+            caught += 1
+    assert caught > 0

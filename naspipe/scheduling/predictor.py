@@ -70,7 +70,7 @@ def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = 
         return []
     fast = _fast_lookahead(policy)
     if fast is not None:
-        return fast.take(horizon, end, running)
+        return fast.answer(policy, horizon, end, running)  # type: ignore[arg-type]  # a CSP: supports() said so
     return _Lookahead(policy, end, running).take(horizon)
 
 
@@ -191,6 +191,7 @@ class CSPLookahead:
 
     _PRUNE_EVERY = 2048  # registrations between drops of predecessor lists nobody can ask for again
     _AHEAD = 32  # subnets registered ahead at a time when a prediction runs past the registered ones
+    _SPARE = 2  # tasks run ahead past the horizon and kept: the next calls may shift them (see answer)
 
     def __init__(self, policy: CSP) -> None:
         self._policy = ref(policy)  # weak: the lookahead lives as long as its policy (kept in _FAST), not longer
@@ -213,6 +214,15 @@ class CSPLookahead:
         self._until_prune = self._PRUNE_EVERY
         self._forwards = _Forwards(self.stage)
         self._end = 0  # the stream's end in the prediction running now
+        self._is_first, self._is_last, self._cap = policy.is_first, policy.is_last, policy.options.max_inflight
+        # The last run-ahead (see answer): its tasks, how many of them have started since, whether it ran out
+        # before its horizon (the stream's end), and the policy's message count and the stream's end it saw.
+        self._answer: list[Task] = []
+        self._started = 0
+        self._ran_out = False
+        self._heard: dict[int, int] = {}  # position in _answer -> messages assumed just before it (_run_ahead)
+        self._messages, self._answer_end = -1, -1
+        self.reused = 0  # answers given by shifting the last one (a count for tests and benchmarks)
         bounds = policy.plan.partition.bounds
         per_position = _versioned_per_position(policy.plan.structure)  # the versioned layers any subnet can run here:
         self._layer_count = sum(per_position[bounds[self.stage]:bounds[self.stage + 1]])
@@ -297,14 +307,75 @@ class CSPLookahead:
         self._until_prune = self._PRUNE_EVERY
 
     def take(self, horizon: int, end: int, running: Task | None) -> list[Task]:
-        """The next ``horizon`` tasks (the rules of :class:`_Lookahead`, CSP's decisions inlined).
+        """The next ``horizon`` tasks of the stage (:meth:`answer` for the live policy)."""
+        return self.answer(self.policy, horizon, end, running)
+
+    def answer(self, live: CSP, horizon: int, end: int, running: Task | None) -> list[Task]:
+        """The next ``horizon`` tasks of ``live`` (this lookahead's policy): the last answer shifted when that
+        is exact, else a fresh run-ahead (:meth:`_run_ahead`) of :attr:`_SPARE` more tasks, kept.
+
+        Why the shift is exact. Let ``A`` be the last run-ahead, made while the stage ran ``T``, ``H``
+        tasks long, and let the stage now run ``A[i]``, every earlier call since having shifted ``A``
+        (so the stage ran ``T, A[0], ..., A[i]``). Between two predictions a stage completes its running
+        task and pops the next (``completed``, ``next_task``: the executors run one task at a time per
+        stage); every other change to its state comes from outside, through a message method, and each
+        of those bumps :attr:`StagePolicy.messages` once. The run-ahead (:func:`predict_by_copy`'s clone:
+        the policy's own ``completed`` and ``next_task`` on a copy) went from the state after popping
+        ``A[i - 1]`` to ``A[i]`` by completing it, then, only while nothing was ready, assuming messages
+        (an arrival, a released backward, the last stage's own backward): ``_heard[i]`` of them.
+
+        - None assumed, none came (the count unchanged): the live stage did what the clone did.
+        - One assumed, one came: ``A[i]`` is that message's task (it was assumed because nothing was
+          ready, so the task it brought is the next: ``F y`` after the arrival of ``y``, ``B y`` after
+          the gradient of ``y``), and the live stage runs ``A[i]``, which it could not without that
+          message since the last call (``y`` had not arrived when ``A`` was made, nor in the calls
+          since: each of their messages was its own task's; a backward runs once). So the one message
+          was the assumed one. It may have come before the completion rather than after: for CSP on a
+          static plan the two commute (an arrival registers with the versions then current and a write
+          decrements its count if it follows, so its count and queue end the same; a gradient touches
+          only the awaited set and the backward heap; admission on stage 0 allowed before the
+          completion is allowed after it, which only lowers the in-flight count).
+        - More assumed: not reused (which of several messages came is not known from a count).
+
+        The live state then equals the clone's after popping ``A[i]``; the clone's run from there is the
+        rest of ``A``: its decisions read the state alone, never the horizon, so a run of ``h`` tasks is
+        the first ``h`` of a longer run (the prefix property; ``tests/test_predictor_prefix.py``). This
+        lookahead's run-ahead equals the clone's at every horizon (``tests/test_predictor_equivalence.py``),
+        so the property holds for it too, its arrivals-only tail included: the tail is taken only when no
+        backward can be released within the horizon, and gives what the step-by-step rules give. Hence
+        the answer is ``A[i + 1:i + 1 + h]`` when ``A`` has that many, or when ``A`` stopped short of
+        ``H`` (no task could come after its last, and with the same state none can now)."""
+        answer = self._answer
+        if answer and running is not None and end == self._answer_end:
+            i = self._started
+            if i < len(answer) and answer[i] == running:
+                messages = live.messages
+                heard = messages - self._messages
+                if heard == self._heard.get(i, 0) and heard <= 1:
+                    i += 1
+                    if self._ran_out or len(answer) - i >= horizon:
+                        self._started, self._messages = i, messages
+                        self.reused += 1
+                        return answer[i:i + horizon]
+        messages, longer = live.messages, horizon + self._SPARE
+        heard_at: dict[int, int] = {}
+        answer = self._answer = self._run_ahead(live, longer, end, running, heard_at)
+        self._started, self._ran_out, self._messages, self._answer_end = 0, len(answer) < longer, messages, end
+        self._heard = heard_at
+        return answer[:horizon]
+
+    def _run_ahead(self, live: CSP, horizon: int, end: int, running: Task | None,
+                   heard: dict[int, int]) -> list[Task]:
+        """The next ``horizon`` tasks, run ahead from the live state (the rules of :class:`_Lookahead`, CSP's
+        decisions inlined). ``heard`` receives, for each position ``i`` of the answer, how many messages
+        the run-ahead assumed between the previous task (or ``running``) and task ``i`` (absent: none; 2
+        stands for two or more), what :meth:`answer` compares with the live count.
 
         Off stage 0 the run-ahead's arrivals are every subnet in ``[lo, hi)`` not already arrived
         (``ahead``); those that were not ready then wait. They are not listed: a run of blocked
         arrivals, up to the stream's end near the end of a run, is skipped in one step
         (:meth:`_next_ready`), and a write looks only at its followers (none of which was ready
         before it), so a prediction's cost does not grow with what is left of the stream."""
-        live = self.policy
         self._end = end
         ready_u, ready_b, ready_f, waiting_live, unwritten, registered = live.lookahead_view()
         if (registered, len(unwritten)) != self._seen:
@@ -313,15 +384,16 @@ class CSPLookahead:
             self._prune()
         ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
         waiting = set(waiting_live)  # arrived before this prediction, still blocked
-        pending = live.awaiting_backward()
+        pending = list(live._awaiting_backward)  # live.awaiting_backward(), one call less
         written: set[int] = set()  # subnets the run-ahead updates
-        stage, depth, is_first, is_last = self.stage, self.depth, live.is_first, live.is_last
-        admitted, finished, cap = live.admitted, live.finished, live.options.max_inflight
+        stage, depth, is_first, is_last = self.stage, self.depth, self._is_first, self._is_last
+        admitted, finished, cap = live.admitted, live.finished, self._cap
         if waiting and self._next <= max(waiting):
             self.register_through(max(waiting))
         preds, followers = self.preds, self._followers
-        ahead = live.overtaken()  # arrived already: not an arrival
-        next_arrival = next(live.pending_arrivals(end), None)
+        ahead = live._arrived_ahead  # arrived already: not an arrival (live.overtaken())
+        # the first of live.pending_arrivals(end), without the generator (a third of a short prediction's cost)
+        next_arrival = _arrival_from(live._arrived_below, end, ahead)
         lo = hi = end if next_arrival is None else next_arrival
 
         def ready(subnet: int) -> bool:
@@ -349,6 +421,7 @@ class CSPLookahead:
             if kind is FORWARD:
                 if is_last:
                     heappush(ready_b, subnet)
+                    heard[0] = 1  # the gradient, at once
                 else:
                     pending.append(subnet)
             elif kind is BACKWARD:
@@ -374,6 +447,7 @@ class CSPLookahead:
                 out.append(self._forwards[subnet])
                 if is_last:
                     heappush(ready_b, subnet)
+                    heard[len(out)] = 1
                 else:
                     pending.append(subnet)
                 continue
@@ -383,13 +457,24 @@ class CSPLookahead:
                 assert next_arrival is not None
                 tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered, ahead)
                 if tail is not None:
-                    forwards = self._forwards
+                    forwards, at = self._forwards, len(out)
                     out += [forwards[subnet] for subnet in tail]
+                    if ahead:  # each after one arrival, or more when blocked ones came between
+                        for subnet in tail:
+                            heard[at] = 1 if subnet == next_arrival else 2
+                            at += 1
+                            next_arrival = _arrival_from(subnet + 1, end, ahead)
+                    else:  # no arrival overtook: the one after ``y`` is ``y + 1``
+                        for subnet in tail:
+                            heard[at] = 1 if subnet == next_arrival else 2
+                            at += 1
+                            next_arrival = subnet + 1
                     break
             elif pending and (len(pending) >= depth or not arrival):
                 lowest = min(pending)
                 pending.remove(lowest)
                 heappush(ready_b, lowest)
+                heard[len(out)] = heard.get(len(out), 0) + 1
                 continue
             if not arrival:
                 break
@@ -398,6 +483,7 @@ class CSPLookahead:
                 subnet = next_arrival
                 next_arrival = _arrival_from(subnet + 1, end, ahead)
                 admitted += 1
+                heard[len(out)] = heard.get(len(out), 0) + 1
                 if self._next <= subnet:
                     self.register_through(subnet)
                 if ready(subnet):
@@ -407,6 +493,7 @@ class CSPLookahead:
                 continue
             # A blocked arrival changes nothing but the waiting set: skip to the next ready one.
             found = self._next_ready(next_arrival, end, ahead, written, ready, registered)
+            heard[len(out)] = heard.get(len(out), 0) + (1 if found == next_arrival else 2)
             if found is None:  # every arrival left waits
                 next_arrival, hi = None, end
                 continue

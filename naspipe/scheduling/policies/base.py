@@ -87,6 +87,9 @@ class StagePolicy(ABC):
         self._arrived_below = 0  # every forward with a lower id has arrived here (for the predictor)
         self._arrived_ahead: set[int] = set()  # forwards at or above it that overtook earlier ones
         self._awaiting_backward: dict[int, None] = {}  # forwards done here, gradient not back yet, in order
+        # Messages so far (arrivals, admissions, mirrors, stream ends, resumes: every change from outside but
+        # the executor's completed/next_task). Unchanged since a prediction: the predictor may shift its answer.
+        self.messages = 0
 
     def clone(self) -> Self:
         """A copy to run ahead without touching this policy (the predictor's); the plan is shared."""
@@ -106,6 +109,7 @@ class StagePolicy(ABC):
         """Continue a run whose subnets ``< start`` are finished (from a checkpoint)."""
         if self._registered or self.admitted or self.finished:
             raise RuntimeError("resume_at must be called before any event")
+        self.messages += 1
         self._registered = self.finished = start
         self.admitted = self._arrived_below = start
 
@@ -123,6 +127,7 @@ class StagePolicy(ABC):
         self.forward_arrived(subnet)
 
     def forward_arrived(self, subnet: int) -> None:
+        self.messages += 1
         while self._registered <= subnet:  # _register_through, inlined (once per forward)
             self._on_register(self._registered)
             self._registered += 1
@@ -133,6 +138,7 @@ class StagePolicy(ABC):
         self._on_forward(subnet)
 
     def backward_arrived(self, subnet: int) -> None:
+        self.messages += 1
         self._awaiting_backward.pop(subnet, None)
         self._on_backward(subnet)
 

@@ -111,6 +111,7 @@ class CSP(StagePolicy):
             self.versions.advance(layer, count)
 
     def stream_ends_at(self, total: int) -> None:
+        self.messages += 1
         self._end = total
         for layer, (writer, version) in list(self._unsent.items()):
             del self._unsent[layer]
@@ -121,6 +122,7 @@ class CSP(StagePolicy):
         return mirrors
 
     def mirror_arrived(self, layer: int, version: int) -> None:
+        self.messages += 1
         self._unblock(self.versions.advance(layer, version))
 
     def may_admit(self, subnet: int) -> bool:
@@ -177,6 +179,7 @@ class CSP(StagePolicy):
 
     def forward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.forward_arrived`, whole: ready if its layers are at its versions, else waiting."""
+        self.messages += 1
         if self._registered <= subnet:
             if self._plain and self._registered == subnet:  # _on_register, inlined for the common case
                 rows = self._chunks.get(subnet >> CHUNK_SHIFT)
@@ -198,6 +201,7 @@ class CSP(StagePolicy):
 
     def backward_arrived(self, subnet: int) -> None:
         """:meth:`StagePolicy.backward_arrived`, whole: the backward is ready."""
+        self.messages += 1
         self._awaiting_backward.pop(subnet, None)
         heappush(self._ready_b, subnet)
 
