@@ -101,18 +101,33 @@ def record(subnets: int, stages: int, log: Path) -> int:
     return len(entries)
 
 
-def replay(log: Path, repeats: int) -> dict[str, Any]:
-    """The recorded calls on this tree's DeviceCache: CPU seconds per repeat; raises if an answer differs."""
+def replay(log: Path, repeats: int, apart: bool = False) -> dict[str, Any]:
+    """The recorded calls on this tree's DeviceCache: CPU seconds per repeat; raises if an answer differs.
+
+    A task's ``acquire_and_prefetch`` and its ``release`` (the simulator makes them back to back, with only
+    ``arrived`` calls of that cache between) are replayed as one ``acquire_prefetch_release`` where the tree
+    has it (as its simulator calls it), unless ``apart``."""
     entries = pickle.loads(log.read_bytes())
+    fuse = not apart and hasattr(cache_module.DeviceCache, "acquire_prefetch_release")
     seconds = []
     for _ in range(repeats):
         caches: dict[int, Any] = {}
         calls: list[tuple[Callable[[], Any], Any]] = []
-        for entry in entries:
+        fused = _fused(entries) if fuse else set()
+        for n, entry in enumerate(entries):
             if entry[0] == "init":
                 caches[entry[1]] = cache_module.DeviceCache(*entry[2:])
                 continue
             name, index, args, kwargs, answer = entry
+            if n in fused:
+                if name == "release":
+                    continue
+                layers, upcoming = args
+                dirty = fused[n]
+                cache = caches[index]
+                calls.append(((lambda c=cache, a=(layers, upcoming, dirty): c.acquire_prefetch_release(*a)),
+                              answer))
+                continue
             calls.append((_bound(caches[index], name, args, kwargs), answer))
         gc.collect()
         gc.disable()  # as the engine runs the cache (sim/engine.py): the recorded log is not the cache's cost
@@ -126,9 +141,29 @@ def replay(log: Path, repeats: int) -> dict[str, Any]:
             if _answer(got) != want:
                 raise AssertionError(f"call {n}: the cache answered {_answer(got)!r}, recorded {want!r}")
     tasks = sum(1 for e in entries if e[0] in ("acquire_and_prefetch", "acquire"))
-    return {"calls": sum(1 for e in entries if e[0] != "init"), "tasks": tasks,
+    return {"calls": len(calls), "fused": fuse, "tasks": tasks,
             "cpu_s": [round(s, 3) for s in seconds], "median_s": round(statistics.median(seconds), 3),
             "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+
+
+def _fused(entries: list[tuple[Any, ...]]) -> dict[int, bool]:
+    """Indices of each ``acquire_and_prefetch`` (-> its release's ``dirty``) and of its ``release`` (-> the
+    same) where the release of the same layers follows on that cache with only ``arrived`` calls between."""
+    fused: dict[int, bool] = {}
+    open_task: dict[int, int] = {}  # cache -> index of its acquire_and_prefetch still unreleased
+    for n, entry in enumerate(entries):
+        if entry[0] == "init":
+            continue
+        name, index, args, kwargs = entry[:4]
+        start = open_task.pop(index, None)
+        if name == "acquire_and_prefetch":
+            open_task[index] = n
+        elif name == "arrived" and start is not None:
+            open_task[index] = start
+        elif name == "release" and start is not None and tuple(args[0]) == tuple(entries[start][2][0]):
+            dirty = bool(kwargs.get("dirty", args[1] if len(args) > 1 else False))
+            fused[start] = fused[n] = dirty
+    return fused
 
 
 def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
@@ -147,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", type=int, default=64)
     parser.add_argument("--log", type=Path, help="record: where to write the calls; replay: the calls to make")
     parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--apart", action="store_true", help="replay: each recorded call as it was made")
     args = parser.parse_args(argv)
     if args.what == "window":
         print(json.dumps(window(args.subnets, args.stages)))
@@ -155,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "record":
         print(f"{record(args.subnets, args.stages, args.log)} calls recorded in {args.log}")
     else:
-        print(json.dumps(replay(args.log, args.repeats)))
+        print(json.dumps(replay(args.log, args.repeats, args.apart)))
     return 0
 
 

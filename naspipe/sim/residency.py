@@ -153,9 +153,12 @@ class ContextCache:
             self._land(now)
         uses = self._uses
         upcoming = [uses[t] for t in predict(self.policy, self.horizon, self.end, running=task)]
-        if task[0] is UPDATE:  # the subnet's last task here: its lists are not asked for again
+        update = task[0] is UPDATE
+        if update:  # the subnet's last task here: its lists are not asked for again
             uses.forget(task)
-        moves = self.cache.acquire_and_prefetch(layers, upcoming)  # the worker's acquire, then prefetch
+        # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
+        # between a task's acquire and its release (the engine calls them back to back), so one call
+        moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
         if moves:
             self._perform(moves, now)
         ready = now
@@ -170,7 +173,7 @@ class ContextCache:
         return ready
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        self.cache.release(layers, dirty=task.kind is UPDATE)
+        """The cache released ``task``'s layers in :meth:`acquire` (dirty after an update)."""
         return now
 
     def replaced(self, layer: int) -> None:
