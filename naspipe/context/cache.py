@@ -145,29 +145,27 @@ class DeviceCache:
             self._dirty.update(wanted)
         return moves
 
-    def _use(self, layers: Iterable[int], pin: bool) -> dict[int, None]:
+    def _use(self, layers: Iterable[int], pin: bool) -> dict[int, int]:
         """A task starts: its distinct layers (in order), each counted as a hit, late or a miss, made the most
         recently used, and pinned when ``pin``."""
-        wanted = dict.fromkeys(layers)
+        tick = self._tick = self._tick + 1
+        wanted = dict.fromkeys(layers, tick)
         if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
             self._check_fits(wanted)
-        tick = self._tick = self._tick + 1
-        resident, in_flight, last_use = self._resident, self._in_flight, self._last_use
-        hits = late = 0
-        for layer in wanted:  # in flight implies held (_add puts a layer in both; evictions skip it)
-            if layer in in_flight:
-                late += 1
-            elif layer in resident:
-                hits += 1
-            last_use[layer] = tick
+        self._last_use.update(wanted)
+        # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
+        hits = len(self._resident.intersection(wanted))
+        stats = self.stats
+        if self._in_flight:
+            late = len(self._in_flight.intersection(wanted))
+            hits -= late
+            stats.late += late
         if pin:
             pins = self._pins
             for layer in wanted:
                 pins[layer] = pins.get(layer, 0) + 1
-        stats = self.stats
         stats.uses += len(wanted)
         stats.hits += hits
-        stats.late += late
         return wanted
 
     def release(self, layers: Iterable[int], dirty: bool = False) -> None:
@@ -210,7 +208,9 @@ class DeviceCache:
             return []
         limit = -1 if before is None else before
         free = self._resident.difference(self._pins, self._in_flight, *upcoming[:limit + 1])
-        return _Ranking.build(self, upcoming, free, limit).victims(need, limit)
+        ranking = _Ranking.build(self, upcoming, free, limit)
+        end = ranking.victims(need, limit)
+        return None if end < 0 else ranking.layers[:end]
 
     # -- internals ----------------------------------------------------------
     def _fetch(self, wanted: Iterable[int], upcoming: Upcoming, held: Collection[int],
@@ -226,7 +226,7 @@ class DeviceCache:
         resident, sizes, budget = self._resident, self.sizes, self.budget
         moves: list[Move] = []
         ranking: _Ranking | None = None
-        for layer in wanted:
+        for layer in () if resident.issuperset(wanted) else wanted:  # most tasks: all held
             if layer not in resident:
                 need = sizes[layer] - budget + self.used
                 if need > 0 and ranking is None:
@@ -236,8 +236,14 @@ class DeviceCache:
                     ranking = _Ranking.build(self, upcoming, free, -1)
                 if not self._place(layer, need, -1, ranking, moves):
                     self._full(layer, held)
-        for position, layers in enumerate(ahead):
-            if resident.issuperset(layers):  # most positions: nothing to place
+        # the first position with a layer to place, without a bytecode loop over those before it
+        held_all = list(map(resident.issuperset, ahead))
+        if False not in held_all:
+            return moves
+        first = held_all.index(False)
+        for position in range(first, len(ahead)):
+            layers = ahead[position]
+            if position > first and resident.issuperset(layers):  # most positions: nothing to place
                 continue
             for layer in layers:
                 if layer in resident:
@@ -245,8 +251,11 @@ class DeviceCache:
                 need = sizes[layer] - budget + self.used
                 if need > 0 and ranking is None:
                     free = resident.difference(self._pins, self._in_flight, held, *upcoming[:position + 1])
-                    if sum([sizes[x] for x in free]) < need:
+                    for other in free:
+                        need -= sizes[other]
+                    if need > 0:  # even all of them would not make room (no comprehension: a frame per call)
                         return moves
+                    need = sizes[layer] - budget + self.used
                     ranking = _Ranking.build(self, upcoming, free, position)
                 if not self._place(layer, need, position, ranking, moves):
                     return moves
@@ -264,19 +273,28 @@ class DeviceCache:
     def _place(self, layer: int, need: int, before: int, ranking: _Ranking | None, moves: list[Move]) -> bool:
         """Evict ``need`` bytes (if positive) of layers not needed up to ``before`` (-1: any) and start
         ``layer``'s copy, the moves appended to ``moves``; False (and no move) when that is impossible."""
+        stats = self.stats
         if need > 0:
             assert ranking is not None  # the caller built it
-            victims = ranking.victims(need, before)
-            if victims is None:
+            end = ranking.victims(need, before)
+            if end < 0:
                 return False
-            for victim in victims:
-                moves.append(self._evict(victim))
-            ranking.head += len(victims)
+            resident, dirty, sizes = self._resident, self._dirty, self.sizes
+            for victim in ranking.layers[ranking.head:end]:  # evict: written back first if dirty
+                resident.discard(victim)
+                size = sizes[victim]
+                self.used -= size
+                if victim in dirty:
+                    dirty.discard(victim)
+                    stats.swap_out_bytes += size
+                    moves.append(_move((victim, size, "out")))
+                else:
+                    moves.append(_move((victim, size, "drop")))
+            ranking.head = end
         size = self.sizes[layer]
         self._resident.add(layer)
         self._in_flight.add(layer)
         used = self.used = self.used + size
-        stats = self.stats
         if used > stats.peak_bytes:
             stats.peak_bytes = used
         stats.swap_in_bytes += size
@@ -288,16 +306,6 @@ class DeviceCache:
         self._in_flight.add(layer)
         self.used += self.sizes[layer]
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
-
-    def _evict(self, layer: int) -> Move:
-        self._resident.discard(layer)
-        size = self.sizes[layer]
-        self.used -= size
-        if layer in self._dirty:
-            self._dirty.discard(layer)
-            self.stats.swap_out_bytes += size
-            return _move((layer, size, "out"))
-        return _move((layer, size, "drop"))
 
     def _check_fits(self, layers: Collection[int]) -> None:
         total = sum(self.sizes[layer] for layer in layers)
@@ -328,10 +336,10 @@ class _Ranking:
     their next uses are looked up and sorted.
     """
 
-    __slots__ = ("budget", "sizes", "uses", "layers", "head")
+    __slots__ = ("sizes", "uses", "layers", "head")
 
     def __init__(self, cache: DeviceCache, layers: list[int], uses: list[int]) -> None:
-        self.budget, self.sizes = cache.budget, cache.sizes
+        self.sizes = cache.sizes
         self.layers, self.uses = layers, uses  # the order, and each one's next use (_NEVER: none)
         self.head = 0  # layers[:head] were evicted
 
@@ -347,19 +355,17 @@ class _Ranking:
         order = sorted([(-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer) for layer in free])
         return cls(cache, [layer for _, _, layer in order], [-negative for negative, _, _ in order])
 
-    def victims(self, need: int, before: int) -> list[int] | None:
-        """The head of the order freeing ``need`` bytes, each needed after ``before`` (-1: any); None if impossible."""
+    def victims(self, need: int, before: int) -> int:
+        """Where the head of the order that frees ``need`` bytes ends (``layers[head:end]``), each layer needed
+        after ``before`` (-1: any); -1 if impossible."""
         sizes, layers, uses = self.sizes, self.layers, self.uses
-        victims: list[int] = []
         for i in range(self.head, len(layers)):
             if uses[i] <= before:
-                return None
-            layer = layers[i]
-            victims.append(layer)
-            need -= sizes[layer]
+                return -1
+            need -= sizes[layers[i]]
             if need <= 0:
-                return victims
-        return None
+                return i + 1
+        return -1
 
 
 def _first_uses(upcoming: Upcoming, layers: set[int], start: int = 0) -> dict[int, int]:

@@ -141,6 +141,9 @@ class ContextCache:
         self.wait_s = 0.0
         # layer_uses' lists, kept per task until the subnet's update here (the plan's caches hold every stage's)
         self._uses = _TaskLayers(plan)
+        self._layers_of = self._uses.__getitem__
+        self._last_lands = 0.0  # when the last copy in lands (the copy engine's copies end in order)
+        self._copy_s: dict[int, float] = {}  # copy seconds by bytes (a layer's few sizes): no call per move
 
     @property
     def stats(self) -> CopyStats:
@@ -151,11 +154,11 @@ class ContextCache:
         landing = self.landing
         if landing:
             self._land(now)
-        uses = self._uses
-        upcoming = [uses[t] for t in predict(self.policy, self.horizon, self.end, running=task)]
+        # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
+        upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
         update = task[0] is UPDATE
         if update:  # the subnet's last task here: its lists are not asked for again
-            uses.forget(task)
+            self._uses.forget(task)
         # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
         # between a task's acquire and its release (the engine calls them back to back), so one call
         moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
@@ -186,19 +189,29 @@ class ContextCache:
             self.cache.discard(layer)
 
     def _land(self, now: float) -> None:
-        for lid in [lid for lid, t in self.landing.items() if t <= now]:
-            del self.landing[lid]
-            self.cache.arrived(lid)
+        """The copies landed by ``now`` arrive: all of them when the last one started has (one copy engine runs
+        them in turn, so it lands last), else those due."""
+        landing, arrived = self.landing, self.cache.arrived
+        if self._last_lands <= now:
+            for lid in landing:
+                arrived(lid)
+            landing.clear()
+            return
+        for lid in [lid for lid, lands in landing.items() if lands <= now]:
+            del landing[lid]
+            arrived(lid)
 
     def _perform(self, moves: list[Move], now: float) -> None:
-        copy_free, free_io, landing = self.copy_free, self.costs.free_io, self.landing
+        copy_free, landing, copy_s = self.copy_free, self.landing, self._copy_s
         for layer, nbytes, direction in moves:
             if direction == "drop":
                 continue
-            start = max(now, copy_free)
-            copy_free = start + (0.0 if free_io else self.costs.hardware.copy_s(nbytes))
+            seconds = copy_s.get(nbytes)
+            if seconds is None:
+                seconds = copy_s[nbytes] = 0.0 if self.costs.free_io else self.costs.hardware.copy_s(nbytes)
+            copy_free = (now if now > copy_free else copy_free) + seconds
             if direction == "in":
-                landing[layer] = copy_free
+                landing[layer] = self._last_lands = copy_free
         self.copy_free = copy_free
 
 
@@ -223,10 +236,13 @@ class _TaskLayers(dict[Task, tuple[int, ...]]):
         return layers
 
     def forget(self, update: Task) -> None:
-        """The subnet's update started: none of its tasks here is predicted again."""
+        """The subnet's update started: none of its tasks here is predicted again (plain tuples as keys: a task
+        equals and hashes as its fields' tuple)."""
         _, subnet, stage = update
-        for kind in (FORWARD, BACKWARD, UPDATE):
-            self.pop(new_task((kind, subnet, stage)), None)
+        pop = self.pop
+        pop(update, None)
+        pop((FORWARD, subnet, stage), None)
+        pop((BACKWARD, subnet, stage), None)
 
 
 def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
