@@ -210,7 +210,7 @@ class DeviceCache:
         free = self._resident.difference(self._pins, self._in_flight, *upcoming[:limit + 1])
         ranking = _Ranking.build(self, upcoming, free, limit)
         end = ranking.victims(need, limit)
-        return None if end < 0 else ranking.layers[:end]
+        return None if end < 0 else [layer for _, _, layer in ranking.order[:end]]
 
     # -- internals ----------------------------------------------------------
     def _fetch(self, wanted: Iterable[int], upcoming: Upcoming, held: Collection[int],
@@ -280,7 +280,7 @@ class DeviceCache:
             if end < 0:
                 return False
             resident, dirty, sizes = self._resident, self._dirty, self.sizes
-            for victim in ranking.layers[ranking.head:end]:  # evict: written back first if dirty
+            for _, _, victim in ranking.order[ranking.head:end]:  # evict: written back first if dirty
                 resident.discard(victim)
                 size = sizes[victim]
                 self.used -= size
@@ -336,50 +336,46 @@ class _Ranking:
     their next uses are looked up and sorted.
     """
 
-    __slots__ = ("sizes", "uses", "layers", "head")
+    __slots__ = ("sizes", "order", "head")
 
-    def __init__(self, cache: DeviceCache, layers: list[int], uses: list[int]) -> None:
+    def __init__(self, cache: DeviceCache, order: list[tuple[int, int, int]]) -> None:
         self.sizes = cache.sizes
-        self.layers, self.uses = layers, uses  # the order, and each one's next use (_NEVER: none)
-        self.head = 0  # layers[:head] were evicted
+        self.order = order  # (minus the next use (-_NEVER: none), the last use, the layer), sorted
+        self.head = 0  # order[:head] were evicted
 
     @classmethod
     def build(cls, cache: DeviceCache, upcoming: Upcoming, free: set[int], before: int) -> _Ranking:
-        """The order of ``free``: the evictable layers not needed up to position ``before`` (-1: all of them)."""
-        if len(free) == 1:
-            (layer,) = free
-            first = _first_uses(upcoming, free, before + 1)
-            return cls(cache, [layer], [first.get(layer, _NEVER)])
-        next_use = _first_uses(upcoming, free, before + 1)
+        """The order of ``free``: the evictable layers not needed up to position ``before`` (-1: all of them).
+
+        Their next uses from a walk over the later positions that stops once all are found; loops, not
+        comprehensions (a frame each, for the two or three layers a ranking usually holds)."""
+        next_use: dict[int, int] = {}
+        left = set(free)
+        for position in range(before + 1, len(upcoming)):
+            uses = upcoming[position]
+            if left.isdisjoint(uses):
+                continue
+            for layer in left.intersection(uses):
+                next_use[layer] = position
+            left.difference_update(uses)
+            if not left:
+                break
         last_use = cache._last_use
-        order = sorted([(-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer) for layer in free])
-        return cls(cache, [layer for _, _, layer in order], [-negative for negative, _, _ in order])
+        order = []
+        for layer in free:
+            order.append((-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer))
+        order.sort()
+        return cls(cache, order)
 
     def victims(self, need: int, before: int) -> int:
-        """Where the head of the order that frees ``need`` bytes ends (``layers[head:end]``), each layer needed
+        """Where the head of the order that frees ``need`` bytes ends (``order[head:end]``), each layer needed
         after ``before`` (-1: any); -1 if impossible."""
-        sizes, layers, uses = self.sizes, self.layers, self.uses
-        for i in range(self.head, len(layers)):
-            if uses[i] <= before:
+        sizes, order = self.sizes, self.order
+        for i in range(self.head, len(order)):
+            negative_use, _, layer = order[i]
+            if -negative_use <= before:
                 return -1
-            need -= sizes[layers[i]]
+            need -= sizes[layer]
             if need <= 0:
                 return i + 1
         return -1
-
-
-def _first_uses(upcoming: Upcoming, layers: set[int], start: int = 0) -> dict[int, int]:
-    """The first position from ``start`` in ``upcoming`` of each of ``layers`` that it uses (a walk that stops
-    once all are found)."""
-    first: dict[int, int] = {}
-    left = set(layers)
-    for position in range(start, len(upcoming)):
-        if not left:
-            break
-        uses = upcoming[position]
-        if left.isdisjoint(uses):
-            continue
-        for layer in left.intersection(uses):
-            first[layer] = position
-        left.difference_update(uses)
-    return first

@@ -164,16 +164,9 @@ class ContextCache:
         moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
         if moves:
             self._perform(moves, now)
-        ready = now
-        if landing:
-            for lid in layers:
-                lands = landing.pop(lid, None)
-                if lands is not None:
-                    if lands > ready:
-                        ready = lands
-                    self.cache.arrived(lid)
-        self.wait_s += ready - now
-        return ready
+        if landing and not landing.keys().isdisjoint(layers):  # most tasks: none of its layers is on its way
+            return self._wait(layers, now)
+        return now
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         """The cache released ``task``'s layers in :meth:`acquire` (dirty after an update)."""
@@ -187,6 +180,18 @@ class ContextCache:
             self.cache.arrived(layer)
         if self.cache.holds(layer):
             self.cache.discard(layer)
+
+    def _wait(self, layers: tuple[int, ...], now: float) -> float:
+        """When the copies of ``layers`` on their way have landed (they arrive then: the task waits for them)."""
+        landing, ready = self.landing, now
+        for lid in layers:
+            lands = landing.pop(lid, None)
+            if lands is not None:
+                if lands > ready:
+                    ready = lands
+                self.cache.arrived(lid)
+        self.wait_s += ready - now
+        return ready
 
     def _land(self, now: float) -> None:
         """The copies landed by ``now`` arrive: all of them when the last one started has (one copy engine runs
