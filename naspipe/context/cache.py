@@ -228,14 +228,15 @@ class DeviceCache:
         ranking: _Ranking | None = None
         for layer in () if resident.issuperset(wanted) else wanted:  # most tasks: all held
             if layer not in resident:
-                need = sizes[layer] - budget + self.used
-                if need > 0 and ranking is None:
-                    free = resident.difference(self._pins, self._in_flight, held)
-                    if sum([sizes[x] for x in free]) < need:
+                need, end = sizes[layer] - budget + self.used, 0
+                if need > 0:
+                    if ranking is None:
+                        free = resident.difference(self._pins, self._in_flight, held)
+                        ranking = _Ranking.build(self, upcoming, free, -1)
+                    end = ranking.victims(need, -1)
+                    if end < 0:
                         self._full(layer, held)
-                    ranking = _Ranking.build(self, upcoming, free, -1)
-                if not self._place(layer, need, -1, ranking, moves):
-                    self._full(layer, held)
+                self._place(layer, ranking, end, moves)
         # the first position with a layer to place, without a bytecode loop over those before it
         held_all = list(map(resident.issuperset, ahead))
         if False not in held_all:
@@ -248,17 +249,20 @@ class DeviceCache:
             for layer in layers:
                 if layer in resident:
                     continue
-                need = sizes[layer] - budget + self.used
-                if need > 0 and ranking is None:
-                    free = resident.difference(self._pins, self._in_flight, held, *upcoming[:position + 1])
-                    for other in free:
-                        need -= sizes[other]
-                    if need > 0:  # even all of them would not make room (no comprehension: a frame per call)
+                need, end = sizes[layer] - budget + self.used, 0
+                if need > 0:
+                    if ranking is None:
+                        free = resident.difference(self._pins, self._in_flight, held, *upcoming[:position + 1])
+                        for other in free:
+                            need -= sizes[other]
+                        if need > 0:  # even all of them would not make room (a loop: a comprehension is a frame)
+                            return moves
+                        need = sizes[layer] - budget + self.used
+                        ranking = _Ranking.build(self, upcoming, free, position)
+                    end = ranking.victims(need, position)
+                    if end < 0:
                         return moves
-                    need = sizes[layer] - budget + self.used
-                    ranking = _Ranking.build(self, upcoming, free, position)
-                if not self._place(layer, need, position, ranking, moves):
-                    return moves
+                self._place(layer, ranking, end, moves)
         return moves
 
     def _full(self, layer: int, held: Collection[int]) -> NoReturn:
@@ -270,15 +274,11 @@ class DeviceCache:
             f"({pinned} bytes are pinned by running tasks)"
         )
 
-    def _place(self, layer: int, need: int, before: int, ranking: _Ranking | None, moves: list[Move]) -> bool:
-        """Evict ``need`` bytes (if positive) of layers not needed up to ``before`` (-1: any) and start
-        ``layer``'s copy, the moves appended to ``moves``; False (and no move) when that is impossible."""
+    def _place(self, layer: int, ranking: _Ranking | None, end: int, moves: list[Move]) -> None:
+        """Evict the ranking's layers up to ``end`` (:meth:`_Ranking.victims`' answer; none if not past its head)
+        and start ``layer``'s copy, the moves appended to ``moves``."""
         stats = self.stats
-        if need > 0:
-            assert ranking is not None  # the caller built it
-            end = ranking.victims(need, before)
-            if end < 0:
-                return False
+        if ranking is not None and end > ranking.head:
             resident, dirty, sizes = self._resident, self._dirty, self.sizes
             for _, _, victim in ranking.order[ranking.head:end]:  # evict: written back first if dirty
                 resident.discard(victim)
@@ -299,7 +299,6 @@ class DeviceCache:
             stats.peak_bytes = used
         stats.swap_in_bytes += size
         moves.append(_move((layer, size, "in")))
-        return True
 
     def _add(self, layer: int) -> None:
         self._resident.add(layer)
