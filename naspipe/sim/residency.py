@@ -25,7 +25,7 @@ from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.predictor import predict, task_layers
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
 
@@ -128,6 +128,12 @@ class ContextCache:
     Only the copies are simulated: each move runs on the stage's copy engine, one at a time,
     for ``bytes / host_device_bandwidth``; a prefetched layer counts as resident once its
     copy has landed, and a task waits for the copies of its own layers.
+
+    The engine makes a task's :meth:`acquire` and :meth:`release` back to back, with no other call on
+    the stage's residency between them (a stage runs one task at a time; mirrors arrive at events of
+    their own). So :meth:`acquire` makes the worker's three cache calls as one,
+    :meth:`DeviceCache.acquire_prefetch_release` (the same moves and state), and :meth:`release` has
+    nothing left to do.
     """
 
     def __init__(self, policy: StagePolicy, plan: PipelinePlan, costs: CostModel, budget: int,
@@ -220,11 +226,12 @@ class ContextCache:
         self.copy_free = copy_free
 
 
-class _TaskLayers(dict[Task, tuple[int, ...]]):
+class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
     """:func:`naspipe.scheduling.predictor.layer_uses` of one stage's tasks, memoised by task: a subnet's
     tasks are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for
     every stage, cost more per lookup and stop holding a long run's window. A forward and its backward share
-    one tuple."""
+    one tuple. Keyed by tasks, looked up also by plain (kind, subnet, stage) tuples (equal, same hash): no
+    task is built to look up a sibling or to forget one."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
@@ -233,9 +240,9 @@ class _TaskLayers(dict[Task, tuple[int, ...]]):
     def __missing__(self, task: Task) -> tuple[int, ...]:
         kind, subnet, stage = task
         if kind is not UPDATE:
-            sibling = new_task((BACKWARD if kind is FORWARD else FORWARD, subnet, stage))
-            if sibling in self:
-                layers = self[task] = self[sibling]
+            layers = self.get((BACKWARD if kind is FORWARD else FORWARD, subnet, stage))  # a task keys as its tuple
+            if layers is not None:
+                self[task] = layers
                 return layers
         layers = self[task] = task_layers(self.plan, task)
         return layers
