@@ -69,6 +69,76 @@ def window(subnets: int, stages: int) -> dict[str, Any]:
             "median_us": round(statistics.median(per_task), 2) if per_task else None}
 
 
+def residency_replay(subnets: int, stages: int, repeats: int) -> dict[str, Any]:
+    """The simulator's residency calls without the predictor: one run records every ``ContextCache`` call with
+    its answer and every prediction; each repeat makes the same calls on fresh ``ContextCache`` objects (same
+    constructor arguments) with ``predict`` answering the recorded tasks, checks every answer and reports the
+    CPU seconds of the calls: the cache path's own cost (layer lists, DeviceCache, copies), in this process."""
+    made: list[tuple[Any, ...]] = []
+    calls: list[tuple[int, str, tuple[Any, ...], Any]] = []
+    predictions: list[list[Any]] = []
+    cls, predict = residency.ContextCache, residency.predict
+    init, methods = cls.__init__, {name: getattr(cls, name) for name in ("acquire", "release", "replaced")}
+
+    def constructed(self: Any, *args: Any) -> None:
+        init(self, *args)
+        self._bench_index = len(made)
+        made.append(args)
+
+    def wrap(name: str) -> Callable[..., Any]:
+        def called(self: Any, *args: Any) -> Any:
+            answer = methods[name](self, *args)
+            calls.append((self._bench_index, name, args, answer))
+            return answer
+        return called
+
+    def recorded(*args: Any, **kwargs: Any) -> list[Any]:
+        tasks = predict(*args, **kwargs)
+        predictions.append(tasks)
+        return tasks
+
+    patches = {"__init__": constructed} | {name: wrap(name) for name in methods}
+    originals = {name: getattr(cls, name) for name in patches}
+    for name, method in patches.items():
+        setattr(cls, name, method)
+    residency.predict = recorded  # type: ignore[assignment]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            simulate(subnets, stages, Path(tmp) / "run")
+    finally:
+        for name, method in originals.items():
+            setattr(cls, name, method)
+        residency.predict = predict  # type: ignore[assignment]
+    seconds = [_replay_residency(made, calls, predictions) for _ in range(repeats)]
+    tasks = sum(1 for call in calls if call[1] == "acquire")
+    return {"tasks": tasks, "cpu_s": [round(x, 3) for x in seconds], "median_s": round(statistics.median(seconds), 3),
+            "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+
+
+def _replay_residency(made: list[tuple[Any, ...]], calls: list[tuple[int, str, tuple[Any, ...], Any]],
+                      predictions: list[list[Any]]) -> float:
+    """One replay of the recorded residency calls; raises if an answer differs."""
+    caches = [residency.ContextCache(*args) for args in made]
+    bound = [(getattr(caches[index], name), args) for index, name, args, _ in calls]
+    answers: list[Any] = []
+    told = iter(predictions)
+    predict = residency.predict
+    residency.predict = lambda *args, **kwargs: next(told)  # type: ignore[assignment]
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.process_time()
+        answers = [method(*args) for method, args in bound]
+        elapsed = time.process_time() - start
+    finally:
+        gc.enable()
+        residency.predict = predict  # type: ignore[assignment]
+    for n, (got, call) in enumerate(zip(answers, calls, strict=True)):
+        if got != call[3]:
+            raise AssertionError(f"call {n} ({call[1]}): the residency answered {got!r}, recorded {call[3]!r}")
+    return elapsed
+
+
 def _answer(result: Any) -> Any:
     return [(m.layer, m.nbytes, m.direction) for m in result] if isinstance(result, list) else result
 
@@ -177,7 +247,7 @@ def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("window", "record", "replay"))
+    parser.add_argument("what", choices=("window", "record", "replay", "residency"))
     parser.add_argument("--subnets", type=int, default=3000)
     parser.add_argument("--stages", type=int, default=64)
     parser.add_argument("--log", type=Path, help="record: where to write the calls; replay: the calls to make")
@@ -186,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "window":
         print(json.dumps(window(args.subnets, args.stages)))
+    elif args.what == "residency":
+        print(json.dumps(residency_replay(args.subnets, args.stages, args.repeats)))
     elif args.log is None:
         parser.error(f"{args.what} needs --log FILE")
     elif args.what == "record":

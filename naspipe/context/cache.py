@@ -331,8 +331,9 @@ class _Ranking:
     Built at a prefetch's position ``before``, it ranks only the candidates not needed up to there: later
     placements are at ``before`` or after, where the others may not go either, and they would sort after
     (a nearer next use). And most prefetches stop at a layer that cannot be placed (the device holds a few
-    layers, the predicted tasks use more): :meth:`build` says so from those candidates' bytes alone, before
-    their next uses are looked up and sorted.
+    layers, the predicted tasks use more): :meth:`DeviceCache._fetch` sees that from those candidates' bytes
+    alone and builds no ranking (what the answer would be: the victims must all be needed after the position,
+    so the placement is possible exactly when their bytes reach what it must free).
     """
 
     __slots__ = ("sizes", "order", "head")
