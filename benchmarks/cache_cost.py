@@ -1,10 +1,11 @@
 """The context cache's cost per task in the simulator (docs/cache-performance.md), as figures.
 
-Three measurements, each for the tree on ``PYTHONPATH`` (run once per tree to compare)::
+Four measurements, each for the tree on ``PYTHONPATH`` (run once per tree to compare)::
 
     python benchmarks/cache_cost.py window --subnets 10000        # the whole run, CPU us per task
     python benchmarks/cache_cost.py record --subnets 300 --log FILE
     python benchmarks/cache_cost.py replay --log FILE --repeats 6  # the DeviceCache alone
+    python benchmarks/cache_cost.py residency --subnets 300        # the cache path without the predictor
 
 ``window`` runs ``naspipe simulate`` (toy, 126 blocks x 24 candidates, csp, uniform costs,
 ``cache.enabled=true``) in this process and takes the process's CPU clock every 192,000
@@ -13,7 +14,10 @@ task, free of start-up and of the run's length. ``record`` keeps every ``DeviceC
 of such a run with its answer; ``replay`` makes the same calls on fresh caches of the tree
 it runs in, checks every answer equal to the recorded one and reports the CPU seconds of the
 calls alone (median over repeats): the cache's own cost, without the predictor or the engine.
-Timings vary with the machine's load: compare trees alternately, in one sitting.
+``residency`` records one run's ``ContextCache`` calls and predictions and replays the calls on fresh
+residencies, ``predict`` answering what it answered: the residency and the DeviceCache without the
+predictor (what docs/cache-performance.md calls the cache's share). Timings vary with the machine's
+load: compare trees alternately, in one sitting.
 """
 
 from __future__ import annotations
