@@ -148,10 +148,11 @@ class DeviceCache:
     def _use(self, layers: Iterable[int], pin: bool) -> dict[int, int]:
         """A task starts: its distinct layers (in order), each counted as a hit, late or a miss, made the most
         recently used, and pinned when ``pin``."""
-        tick = self._tick = self._tick + 1
+        tick = self._tick + 1
         wanted = dict.fromkeys(layers, tick)
         if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
-            self._check_fits(wanted)
+            self._check_fits(wanted)  # refused before any change
+        self._tick = tick
         self._last_use.update(wanted)
         # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
         hits = len(self._resident.intersection(wanted))
