@@ -1,10 +1,11 @@
 """The context cache's cost per task in the simulator (docs/cache-performance.md), as figures.
 
-Three measurements, each for the tree on ``PYTHONPATH`` (run once per tree to compare)::
+Four measurements, each for the tree on ``PYTHONPATH`` (run once per tree to compare)::
 
     python benchmarks/cache_cost.py window --subnets 10000        # the whole run, CPU us per task
     python benchmarks/cache_cost.py record --subnets 300 --log FILE
     python benchmarks/cache_cost.py replay --log FILE --repeats 6  # the DeviceCache alone
+    python benchmarks/cache_cost.py residency --subnets 300        # the cache path without the predictor
 
 ``window`` runs ``naspipe simulate`` (toy, 126 blocks x 24 candidates, csp, uniform costs,
 ``cache.enabled=true``) in this process and takes the process's CPU clock every 192,000
@@ -13,7 +14,10 @@ task, free of start-up and of the run's length. ``record`` keeps every ``DeviceC
 of such a run with its answer; ``replay`` makes the same calls on fresh caches of the tree
 it runs in, checks every answer equal to the recorded one and reports the CPU seconds of the
 calls alone (median over repeats): the cache's own cost, without the predictor or the engine.
-Timings vary with the machine's load: compare trees alternately, in one sitting.
+``residency`` records one run's ``ContextCache`` calls and predictions and replays the calls on fresh
+residencies, ``predict`` answering what it answered: the residency and the DeviceCache without the
+predictor (what docs/cache-performance.md calls the cache's share). Timings vary with the machine's
+load: compare trees alternately, in one sitting.
 """
 
 from __future__ import annotations
@@ -69,6 +73,76 @@ def window(subnets: int, stages: int) -> dict[str, Any]:
             "median_us": round(statistics.median(per_task), 2) if per_task else None}
 
 
+def residency_replay(subnets: int, stages: int, repeats: int) -> dict[str, Any]:
+    """The simulator's residency calls without the predictor: one run records every ``ContextCache`` call with
+    its answer and every prediction; each repeat makes the same calls on fresh ``ContextCache`` objects (same
+    constructor arguments) with ``predict`` answering the recorded tasks, checks every answer and reports the
+    CPU seconds of the calls: the cache path's own cost (layer lists, DeviceCache, copies), in this process."""
+    made: list[tuple[Any, ...]] = []
+    calls: list[tuple[int, str, tuple[Any, ...], Any]] = []
+    predictions: list[list[Any]] = []
+    cls, predict = residency.ContextCache, residency.predict
+    init, methods = cls.__init__, {name: getattr(cls, name) for name in ("acquire", "release", "replaced")}
+
+    def constructed(self: Any, *args: Any) -> None:
+        init(self, *args)
+        self._bench_index = len(made)
+        made.append(args)
+
+    def wrap(name: str) -> Callable[..., Any]:
+        def called(self: Any, *args: Any) -> Any:
+            answer = methods[name](self, *args)
+            calls.append((self._bench_index, name, args, answer))
+            return answer
+        return called
+
+    def recorded(*args: Any, **kwargs: Any) -> list[Any]:
+        tasks = predict(*args, **kwargs)
+        predictions.append(tasks)
+        return tasks
+
+    patches = {"__init__": constructed} | {name: wrap(name) for name in methods}
+    originals = {name: getattr(cls, name) for name in patches}
+    for name, method in patches.items():
+        setattr(cls, name, method)
+    residency.predict = recorded  # type: ignore[assignment]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            simulate(subnets, stages, Path(tmp) / "run")
+    finally:
+        for name, method in originals.items():
+            setattr(cls, name, method)
+        residency.predict = predict  # type: ignore[assignment]
+    seconds = [_replay_residency(made, calls, predictions) for _ in range(repeats)]
+    tasks = sum(1 for call in calls if call[1] == "acquire")
+    return {"tasks": tasks, "cpu_s": [round(x, 3) for x in seconds], "median_s": round(statistics.median(seconds), 3),
+            "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+
+
+def _replay_residency(made: list[tuple[Any, ...]], calls: list[tuple[int, str, tuple[Any, ...], Any]],
+                      predictions: list[list[Any]]) -> float:
+    """One replay of the recorded residency calls; raises if an answer differs."""
+    caches = [residency.ContextCache(*args) for args in made]
+    bound = [(getattr(caches[index], name), args) for index, name, args, _ in calls]
+    answers: list[Any] = []
+    told = iter(predictions)
+    predict = residency.predict
+    residency.predict = lambda *args, **kwargs: next(told)  # type: ignore[assignment]
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.process_time()
+        answers = [method(*args) for method, args in bound]
+        elapsed = time.process_time() - start
+    finally:
+        gc.enable()
+        residency.predict = predict  # type: ignore[assignment]
+    for n, (got, call) in enumerate(zip(answers, calls, strict=True)):
+        if got != call[3]:
+            raise AssertionError(f"call {n} ({call[1]}): the residency answered {got!r}, recorded {call[3]!r}")
+    return elapsed
+
+
 def _answer(result: Any) -> Any:
     return [(m.layer, m.nbytes, m.direction) for m in result] if isinstance(result, list) else result
 
@@ -101,18 +175,33 @@ def record(subnets: int, stages: int, log: Path) -> int:
     return len(entries)
 
 
-def replay(log: Path, repeats: int) -> dict[str, Any]:
-    """The recorded calls on this tree's DeviceCache: CPU seconds per repeat; raises if an answer differs."""
+def replay(log: Path, repeats: int, apart: bool = False) -> dict[str, Any]:
+    """The recorded calls on this tree's DeviceCache: CPU seconds per repeat; raises if an answer differs.
+
+    A task's ``acquire_and_prefetch`` and its ``release`` (the simulator makes them back to back, with only
+    ``arrived`` calls of that cache between) are replayed as one ``acquire_prefetch_release`` where the tree
+    has it (as its simulator calls it), unless ``apart``."""
     entries = pickle.loads(log.read_bytes())
+    fuse = not apart and hasattr(cache_module.DeviceCache, "acquire_prefetch_release")
     seconds = []
     for _ in range(repeats):
         caches: dict[int, Any] = {}
         calls: list[tuple[Callable[[], Any], Any]] = []
-        for entry in entries:
+        fused = _fused(entries) if fuse else set()
+        for n, entry in enumerate(entries):
             if entry[0] == "init":
                 caches[entry[1]] = cache_module.DeviceCache(*entry[2:])
                 continue
             name, index, args, kwargs, answer = entry
+            if n in fused:
+                if name == "release":
+                    continue
+                layers, upcoming = args
+                dirty = fused[n]
+                cache = caches[index]
+                calls.append(((lambda c=cache, a=(layers, upcoming, dirty): c.acquire_prefetch_release(*a)),
+                              answer))
+                continue
             calls.append((_bound(caches[index], name, args, kwargs), answer))
         gc.collect()
         gc.disable()  # as the engine runs the cache (sim/engine.py): the recorded log is not the cache's cost
@@ -126,9 +215,29 @@ def replay(log: Path, repeats: int) -> dict[str, Any]:
             if _answer(got) != want:
                 raise AssertionError(f"call {n}: the cache answered {_answer(got)!r}, recorded {want!r}")
     tasks = sum(1 for e in entries if e[0] in ("acquire_and_prefetch", "acquire"))
-    return {"calls": sum(1 for e in entries if e[0] != "init"), "tasks": tasks,
+    return {"calls": len(calls), "fused": fuse, "tasks": tasks,
             "cpu_s": [round(s, 3) for s in seconds], "median_s": round(statistics.median(seconds), 3),
             "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+
+
+def _fused(entries: list[tuple[Any, ...]]) -> dict[int, bool]:
+    """Indices of each ``acquire_and_prefetch`` (-> its release's ``dirty``) and of its ``release`` (-> the
+    same) where the release of the same layers follows on that cache with only ``arrived`` calls between."""
+    fused: dict[int, bool] = {}
+    open_task: dict[int, int] = {}  # cache -> index of its acquire_and_prefetch still unreleased
+    for n, entry in enumerate(entries):
+        if entry[0] == "init":
+            continue
+        name, index, args, kwargs = entry[:4]
+        start = open_task.pop(index, None)
+        if name == "acquire_and_prefetch":
+            open_task[index] = n
+        elif name == "arrived" and start is not None:
+            open_task[index] = start
+        elif name == "release" and start is not None and tuple(args[0]) == tuple(entries[start][2][0]):
+            dirty = bool(kwargs.get("dirty", args[1] if len(args) > 1 else False))
+            fused[start] = fused[n] = dirty
+    return fused
 
 
 def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
@@ -142,20 +251,23 @@ def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("window", "record", "replay"))
+    parser.add_argument("what", choices=("window", "record", "replay", "residency"))
     parser.add_argument("--subnets", type=int, default=3000)
     parser.add_argument("--stages", type=int, default=64)
     parser.add_argument("--log", type=Path, help="record: where to write the calls; replay: the calls to make")
     parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--apart", action="store_true", help="replay: each recorded call as it was made")
     args = parser.parse_args(argv)
     if args.what == "window":
         print(json.dumps(window(args.subnets, args.stages)))
+    elif args.what == "residency":
+        print(json.dumps(residency_replay(args.subnets, args.stages, args.repeats)))
     elif args.log is None:
         parser.error(f"{args.what} needs --log FILE")
     elif args.what == "record":
         print(f"{record(args.subnets, args.stages, args.log)} calls recorded in {args.log}")
     else:
-        print(json.dumps(replay(args.log, args.repeats)))
+        print(json.dumps(replay(args.log, args.repeats, args.apart)))
     return 0
 
 

@@ -14,6 +14,9 @@ Public API (stable; the runtime and the simulator both drive it):
   same ``upcoming``, as one call: the same moves as the two calls in a row (what the runtime's worker
   and the simulator do before every task), with the first-use table and the victims' order computed
   once for both instead of once per placement.
+- ``acquire_prefetch_release(layers, upcoming, dirty=False) -> list[Move]``: ``acquire_and_prefetch``
+  then ``release``, for a caller that makes no other call between a task's start and its end (the
+  simulator): the same moves and state, without pinning the layers for the call's length only.
 - ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
   layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
 - ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
@@ -38,9 +41,10 @@ is needed no later than the one it fetches, and stops at the first layer it cann
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from functools import partial
+from typing import Literal, NamedTuple, NoReturn, cast
 
 from naspipe.errors import UsageError
 
@@ -60,6 +64,11 @@ class Move(NamedTuple):
     layer: int
     nbytes: int
     direction: Direction
+
+
+_move = cast(Callable[[tuple[int, int, Direction]], Move], partial(tuple.__new__, Move))
+"""``_move((layer, nbytes, direction)) == Move(layer, nbytes, direction)`` without the named tuple's
+argument-parsing ``__new__`` (a few moves per task)."""
 
 
 @dataclass
@@ -118,41 +127,47 @@ class DeviceCache:
 
     # -- events -------------------------------------------------------------
     def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
-        return self._acquire(layers, _Ranking(self, upcoming))
+        return self._fetch(self._use(layers, pin=True), upcoming, (), ())
 
     def acquire_and_prefetch(self, layers: Iterable[int], upcoming: Upcoming) -> list[Move]:
         """:meth:`acquire` then :meth:`prefetch`: one ranking of the victims serves both (nothing between the
         two calls changes it: the task's layers are pinned before either places a layer)."""
-        ranking = _Ranking(self, upcoming)
-        moves = self._acquire(layers, ranking)
-        more = self._prefetch(upcoming, ranking)
-        return moves + more if more else moves
+        return self._fetch(self._use(layers, pin=True), upcoming, (), upcoming)
 
-    def _acquire(self, layers: Iterable[int], ranking: _Ranking) -> list[Move]:
-        wanted = list(dict.fromkeys(layers))
+    def acquire_prefetch_release(self, layers: Iterable[int], upcoming: Upcoming, dirty: bool = False) -> list[Move]:
+        """:meth:`acquire_and_prefetch` then :meth:`release`, for a caller that makes no other call on the cache
+        between a task's start and its end (the simulator: a stage's task is acquired and released in one step
+        of its loop). The same moves, stats and state; the task's layers are kept from eviction for the call
+        without pinning and unpinning them."""
+        wanted = self._use(layers, pin=False)
+        moves = self._fetch(wanted, upcoming, wanted, upcoming)
+        if dirty:
+            self._dirty.update(wanted)
+        return moves
+
+    def _use(self, layers: Iterable[int], pin: bool) -> dict[int, int]:
+        """A task starts: its distinct layers (in order), each counted as a hit, late or a miss, made the most
+        recently used, and pinned when ``pin``."""
+        tick = self._tick + 1
+        wanted = dict.fromkeys(layers, tick)
         if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
-            self._check_fits(wanted)
-        tick = self._tick = self._tick + 1
-        resident, in_flight, pins, last_use = self._resident, self._in_flight, self._pins, self._last_use
-        hits = late = 0
-        for layer in wanted:  # in flight implies held (_add puts a layer in both; evictions skip it)
-            if layer in in_flight:
-                late += 1
-            elif layer in resident:
-                hits += 1
-            pins[layer] = pins.get(layer, 0) + 1
-            last_use[layer] = tick
+            self._check_fits(wanted)  # refused before any change
+        self._tick = tick
+        self._last_use.update(wanted)
+        # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
+        hits = len(self._resident.intersection(wanted))
         stats = self.stats
+        if self._in_flight:
+            late = len(self._in_flight.intersection(wanted))
+            hits -= late
+            stats.late += late
+        if pin:
+            pins = self._pins
+            for layer in wanted:
+                pins[layer] = pins.get(layer, 0) + 1
         stats.uses += len(wanted)
         stats.hits += hits
-        stats.late += late
-        if hits == len(wanted):
-            return []
-        moves: list[Move] = []
-        for layer in wanted:
-            if layer not in resident:
-                moves += self._place(layer, ranking, before=None)
-        return moves
+        return wanted
 
     def release(self, layers: Iterable[int], dirty: bool = False) -> None:
         for layer in dict.fromkeys(layers):
@@ -170,24 +185,7 @@ class DeviceCache:
         self._in_flight.discard(layer)
 
     def prefetch(self, upcoming: Upcoming) -> list[Move]:
-        return self._prefetch(upcoming, _Ranking(self, upcoming))
-
-    def _prefetch(self, upcoming: Upcoming, ranking: _Ranking) -> list[Move]:
-        moves: list[Move] = []
-        resident, sizes, budget = self._resident, self.sizes, self.budget
-        for position, layers in enumerate(upcoming):
-            if resident.issuperset(layers):  # most positions: nothing to place
-                continue
-            for layer in layers:
-                if layer in resident:
-                    continue
-                if sizes[layer] > budget:
-                    return moves
-                placed = self._place(layer, ranking, before=position)
-                if not placed:
-                    return moves
-                moves += placed
-        return moves
+        return self._fetch((), upcoming, (), upcoming)
 
     def flush(self) -> list[Move]:
         moves = [Move(layer, self.sizes[layer], "out") for layer in sorted(self._dirty)]
@@ -206,26 +204,102 @@ class DeviceCache:
 
     def choose_victims(self, nbytes: int, upcoming: Upcoming, before: int | None = None) -> list[int] | None:
         """Evictions freeing ``nbytes``; with ``before``, only layers not needed up to that task."""
-        return _Ranking(self, upcoming).victims(nbytes, before)
+        need = nbytes - self.free
+        if need <= 0:
+            return []
+        limit = -1 if before is None else before
+        free = self._resident.difference(self._pins, self._in_flight, *upcoming[:limit + 1])
+        ranking = _Ranking.build(self, upcoming, free, limit)
+        end = ranking.victims(need, limit)
+        return None if end < 0 else [layer for _, _, layer in ranking.order[:end]]
 
     # -- internals ----------------------------------------------------------
-    def _place(self, layer: int, ranking: _Ranking, before: int | None) -> list[Move]:
-        size = self.sizes[layer]
-        victims = ranking.victims(size, before)
-        if victims is None:
-            if before is not None:
-                return []
-            pinned = sum(self.sizes[x] for x in self._pins if x in self._resident)
-            raise CacheCapacityError(
-                f"layer {layer} ({size} bytes) does not fit the device cache budget of {self.budget} bytes "
-                f"({pinned} bytes are pinned by running tasks)"
-            )
-        moves = [self._evict(victim) for victim in victims] if victims else []
-        ranking.evicted(len(victims))
-        self._add(layer)
-        self.stats.swap_in_bytes += size
-        moves.append(Move(layer, size, "in"))
+    def _fetch(self, wanted: Iterable[int], upcoming: Upcoming, held: Collection[int],
+               ahead: Upcoming) -> list[Move]:
+        """Place every missing layer of ``wanted`` (any evictable layer may go), then prefetch ``ahead``'s
+        positions in order up to the first layer that cannot be placed. ``upcoming`` ranks the victims
+        (``ahead`` is it or empty); ``held``: layers kept from eviction besides the pinned ones (a task's,
+        unpinned).
+
+        The prefetch's common case is inline: a layer that fits without evicting, and the layer it stops at
+        (most calls: the device holds a few layers, the predicted tasks use more), found from the bytes of the
+        evictable layers not needed up to its position, before any next use is looked up or sorted."""
+        resident, sizes, budget = self._resident, self.sizes, self.budget
+        moves: list[Move] = []
+        ranking: _Ranking | None = None
+        for layer in () if resident.issuperset(wanted) else wanted:  # most tasks: all held
+            if layer not in resident:
+                need, end = sizes[layer] - budget + self.used, 0
+                if need > 0:
+                    if ranking is None:
+                        free = resident.difference(self._pins, self._in_flight, held)
+                        ranking = _Ranking.build(self, upcoming, free, -1)
+                    end = ranking.victims(need, -1)
+                    if end < 0:
+                        self._full(layer, held)
+                self._place(layer, ranking, end, moves)
+        # the first position with a layer to place, without a bytecode loop over those before it
+        held_all = list(map(resident.issuperset, ahead))
+        if False not in held_all:
+            return moves
+        first = held_all.index(False)
+        for position in range(first, len(ahead)):
+            layers = ahead[position]
+            if position > first and resident.issuperset(layers):  # most positions: nothing to place
+                continue
+            for layer in layers:
+                if layer in resident:
+                    continue
+                need, end = sizes[layer] - budget + self.used, 0
+                if need > 0:
+                    if ranking is None:
+                        free = resident.difference(self._pins, self._in_flight, held, *upcoming[:position + 1])
+                        for other in free:
+                            need -= sizes[other]
+                        if need > 0:  # even all of them would not make room (a loop: a comprehension is a frame)
+                            return moves
+                        need = sizes[layer] - budget + self.used
+                        ranking = _Ranking.build(self, upcoming, free, position)
+                    end = ranking.victims(need, position)
+                    if end < 0:
+                        return moves
+                self._place(layer, ranking, end, moves)
         return moves
+
+    def _full(self, layer: int, held: Collection[int]) -> NoReturn:
+        """A task's own ``layer`` cannot be placed: the running tasks pin too much of the budget."""
+        sizes = self.sizes
+        pinned = sum(sizes[x] for x in self._resident if x in self._pins or x in held)
+        raise CacheCapacityError(
+            f"layer {layer} ({sizes[layer]} bytes) does not fit the device cache budget of {self.budget} bytes "
+            f"({pinned} bytes are pinned by running tasks)"
+        )
+
+    def _place(self, layer: int, ranking: _Ranking | None, end: int, moves: list[Move]) -> None:
+        """Evict the ranking's layers up to ``end`` (:meth:`_Ranking.victims`' answer; none if not past its head)
+        and start ``layer``'s copy, the moves appended to ``moves``."""
+        stats = self.stats
+        if ranking is not None and end > ranking.head:
+            resident, dirty, sizes = self._resident, self._dirty, self.sizes
+            for _, _, victim in ranking.order[ranking.head:end]:  # evict: written back first if dirty
+                resident.discard(victim)
+                size = sizes[victim]
+                self.used -= size
+                if victim in dirty:
+                    dirty.discard(victim)
+                    stats.swap_out_bytes += size
+                    moves.append(_move((victim, size, "out")))
+                else:
+                    moves.append(_move((victim, size, "drop")))
+            ranking.head = end
+        size = self.sizes[layer]
+        self._resident.add(layer)
+        self._in_flight.add(layer)
+        used = self.used = self.used + size
+        if used > stats.peak_bytes:
+            stats.peak_bytes = used
+        stats.swap_in_bytes += size
+        moves.append(_move((layer, size, "in")))
 
     def _add(self, layer: int) -> None:
         self._resident.add(layer)
@@ -233,16 +307,7 @@ class DeviceCache:
         self.used += self.sizes[layer]
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
 
-    def _evict(self, layer: int) -> Move:
-        self._resident.discard(layer)
-        self.used -= self.sizes[layer]
-        if layer in self._dirty:
-            self._dirty.discard(layer)
-            self.stats.swap_out_bytes += self.sizes[layer]
-            return Move(layer, self.sizes[layer], "out")
-        return Move(layer, self.sizes[layer], "drop")
-
-    def _check_fits(self, layers: Sequence[int]) -> None:
+    def _check_fits(self, layers: Collection[int]) -> None:
         total = sum(self.sizes[layer] for layer in layers)
         if total <= self.budget:
             return
@@ -254,7 +319,7 @@ class DeviceCache:
 
 
 class _Ranking:
-    """The eviction order of one call (or of :meth:`DeviceCache.acquire_and_prefetch`'s two), built once.
+    """The eviction order of one call, built once: on its first placement that must evict.
 
     Why once is enough: while a call places layers, the candidates (resident, arrived, unpinned) only
     shrink (a placed layer is in flight; pins and last uses change before the first placement), and
@@ -263,64 +328,55 @@ class _Ranking:
     placement's sorted candidates; those allowed before a position are a prefix (furthest use first),
     and a placement's victims are the head of that prefix: exactly :meth:`DeviceCache.choose_victims`
     on the state of the moment, without a scan and a sort per placed layer.
+
+    Built at a prefetch's position ``before``, it ranks only the candidates not needed up to there: later
+    placements are at ``before`` or after, where the others may not go either, and they would sort after
+    (a nearer next use). And most prefetches stop at a layer that cannot be placed (the device holds a few
+    layers, the predicted tasks use more): :meth:`DeviceCache._fetch` sees that from those candidates' bytes
+    alone and builds no ranking (what the answer would be: the victims must all be needed after the position,
+    so the placement is possible exactly when their bytes reach what it must free).
     """
 
-    __slots__ = ("cache", "upcoming", "order", "head")
+    __slots__ = ("sizes", "order", "head")
 
-    def __init__(self, cache: DeviceCache, upcoming: Upcoming) -> None:
-        self.cache, self.upcoming = cache, upcoming
-        self.order: list[tuple[int, int, int]] | None = None  # built on the first placement that must evict
+    def __init__(self, cache: DeviceCache, order: list[tuple[int, int, int]]) -> None:
+        self.sizes = cache.sizes
+        self.order = order  # (minus the next use (-_NEVER: none), the last use, the layer), sorted
         self.head = 0  # order[:head] were evicted
 
-    def _build(self) -> list[tuple[int, int, int]]:
-        """The candidates' keys, sorted: minus the next use (furthest first), the last use (least recent
-        first), the layer (keys are distinct)."""
-        cache = self.cache
-        candidates = cache._resident.difference(cache._pins, cache._in_flight)
-        next_use = _first_uses(self.upcoming, candidates)
-        last_use = cache._last_use
-        order = [(-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer) for layer in candidates]
-        order.sort()
-        self.order = order
-        return order
+    @classmethod
+    def build(cls, cache: DeviceCache, upcoming: Upcoming, free: set[int], before: int) -> _Ranking:
+        """The order of ``free``: the evictable layers not needed up to position ``before`` (-1: all of them).
 
-    def victims(self, nbytes: int, before: int | None) -> list[int] | None:
-        """The head of the order freeing ``nbytes``, each needed after ``before`` (None: any); None if impossible."""
-        cache = self.cache
-        need = nbytes - (cache.budget - cache.used)
-        if need <= 0:
-            return []
-        order = self.order if self.order is not None else self._build()
-        limit = -1 if before is None else before
-        sizes = cache.sizes
-        victims: list[int] = []
+        Their next uses from a walk over the later positions that stops once all are found; loops, not
+        comprehensions (a frame each, for the two or three layers a ranking usually holds)."""
+        next_use: dict[int, int] = {}
+        left = set(free)
+        for position in range(before + 1, len(upcoming)):
+            uses = upcoming[position]
+            if left.isdisjoint(uses):
+                continue
+            for layer in left.intersection(uses):
+                next_use[layer] = position
+            left.difference_update(uses)
+            if not left:
+                break
+        last_use = cache._last_use
+        order = []
+        for layer in free:
+            order.append((-next_use.get(layer, _NEVER), last_use.get(layer, 0), layer))
+        order.sort()
+        return cls(cache, order)
+
+    def victims(self, need: int, before: int) -> int:
+        """Where the head of the order that frees ``need`` bytes ends (``order[head:end]``), each layer needed
+        after ``before`` (-1: any); -1 if impossible."""
+        sizes, order = self.sizes, self.order
         for i in range(self.head, len(order)):
             negative_use, _, layer = order[i]
-            if -negative_use <= limit:
-                return None
-            victims.append(layer)
+            if -negative_use <= before:
+                return -1
             need -= sizes[layer]
             if need <= 0:
-                return victims
-        return None
-
-    def evicted(self, count: int) -> None:
-        """The head's first ``count`` layers left the device (:meth:`victims`' answer was taken)."""
-        self.head += count
-
-
-def _first_uses(upcoming: Upcoming, layers: set[int]) -> dict[int, int]:
-    """The first position in ``upcoming`` of each of ``layers`` that it uses (a walk that stops once all are found)."""
-    first: dict[int, int] = {}
-    left = set(layers)
-    if not left:
-        return first
-    for position, uses in enumerate(upcoming):
-        if left.isdisjoint(uses):
-            continue
-        for layer in left.intersection(uses):
-            first[layer] = position
-        left.difference_update(uses)
-        if not left:
-            break
-    return first
+                return i + 1
+        return -1

@@ -25,7 +25,7 @@ from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.predictor import predict, task_layers
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task, new_task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
 
@@ -128,6 +128,12 @@ class ContextCache:
     Only the copies are simulated: each move runs on the stage's copy engine, one at a time,
     for ``bytes / host_device_bandwidth``; a prefetched layer counts as resident once its
     copy has landed, and a task waits for the copies of its own layers.
+
+    The engine makes a task's :meth:`acquire` and :meth:`release` back to back, with no other call on
+    the stage's residency between them (a stage runs one task at a time; mirrors arrive at events of
+    their own). So :meth:`acquire` makes the worker's three cache calls as one,
+    :meth:`DeviceCache.acquire_prefetch_release` (the same moves and state), and :meth:`release` has
+    nothing left to do.
     """
 
     def __init__(self, policy: StagePolicy, plan: PipelinePlan, costs: CostModel, budget: int,
@@ -141,6 +147,9 @@ class ContextCache:
         self.wait_s = 0.0
         # layer_uses' lists, kept per task until the subnet's update here (the plan's caches hold every stage's)
         self._uses = _TaskLayers(plan)
+        self._layers_of = self._uses.__getitem__
+        self._last_lands = 0.0  # when the last copy in lands (the copy engine's copies end in order)
+        self._copy_s: dict[int, float] = {}  # copy seconds by bytes (a layer's few sizes): no call per move
 
     @property
     def stats(self) -> CopyStats:
@@ -151,26 +160,22 @@ class ContextCache:
         landing = self.landing
         if landing:
             self._land(now)
-        uses = self._uses
-        upcoming = [uses[t] for t in predict(self.policy, self.horizon, self.end, running=task)]
-        if task[0] is UPDATE:  # the subnet's last task here: its lists are not asked for again
-            uses.forget(task)
-        moves = self.cache.acquire_and_prefetch(layers, upcoming)  # the worker's acquire, then prefetch
+        # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
+        upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
+        update = task[0] is UPDATE
+        if update:  # the subnet's last task here: its lists are not asked for again
+            self._uses.forget(task)
+        # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
+        # between a task's acquire and its release (the engine calls them back to back), so one call
+        moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
         if moves:
             self._perform(moves, now)
-        ready = now
-        if landing:
-            for lid in layers:
-                lands = landing.pop(lid, None)
-                if lands is not None:
-                    if lands > ready:
-                        ready = lands
-                    self.cache.arrived(lid)
-        self.wait_s += ready - now
-        return ready
+        if landing and not landing.keys().isdisjoint(layers):  # most tasks: none of its layers is on its way
+            return self._wait(layers, now)
+        return now
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        self.cache.release(layers, dirty=task.kind is UPDATE)
+        """The cache released ``task``'s layers in :meth:`acquire` (dirty after an update)."""
         return now
 
     def replaced(self, layer: int) -> None:
@@ -182,28 +187,51 @@ class ContextCache:
         if self.cache.holds(layer):
             self.cache.discard(layer)
 
+    def _wait(self, layers: tuple[int, ...], now: float) -> float:
+        """When the copies of ``layers`` on their way have landed (they arrive then: the task waits for them)."""
+        landing, ready = self.landing, now
+        for lid in layers:
+            lands = landing.pop(lid, None)
+            if lands is not None:
+                if lands > ready:
+                    ready = lands
+                self.cache.arrived(lid)
+        self.wait_s += ready - now
+        return ready
+
     def _land(self, now: float) -> None:
-        for lid in [lid for lid, t in self.landing.items() if t <= now]:
-            del self.landing[lid]
-            self.cache.arrived(lid)
+        """The copies landed by ``now`` arrive: all of them when the last one started has (one copy engine runs
+        them in turn, so it lands last), else those due."""
+        landing, arrived = self.landing, self.cache.arrived
+        if self._last_lands <= now:
+            for lid in landing:
+                arrived(lid)
+            landing.clear()
+            return
+        for lid in [lid for lid, lands in landing.items() if lands <= now]:
+            del landing[lid]
+            arrived(lid)
 
     def _perform(self, moves: list[Move], now: float) -> None:
-        copy_free, free_io, landing = self.copy_free, self.costs.free_io, self.landing
+        copy_free, landing, copy_s = self.copy_free, self.landing, self._copy_s
         for layer, nbytes, direction in moves:
             if direction == "drop":
                 continue
-            start = max(now, copy_free)
-            copy_free = start + (0.0 if free_io else self.costs.hardware.copy_s(nbytes))
+            seconds = copy_s.get(nbytes)
+            if seconds is None:
+                seconds = copy_s[nbytes] = 0.0 if self.costs.free_io else self.costs.hardware.copy_s(nbytes)
+            copy_free = (now if now > copy_free else copy_free) + seconds
             if direction == "in":
-                landing[layer] = copy_free
+                landing[layer] = self._last_lands = copy_free
         self.copy_free = copy_free
 
 
-class _TaskLayers(dict[Task, tuple[int, ...]]):
+class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
     """:func:`naspipe.scheduling.predictor.layer_uses` of one stage's tasks, memoised by task: a subnet's
     tasks are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for
     every stage, cost more per lookup and stop holding a long run's window. A forward and its backward share
-    one tuple."""
+    one tuple. Keyed by tasks, looked up also by plain (kind, subnet, stage) tuples (equal, same hash): no
+    task is built to look up a sibling or to forget one."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
@@ -212,18 +240,21 @@ class _TaskLayers(dict[Task, tuple[int, ...]]):
     def __missing__(self, task: Task) -> tuple[int, ...]:
         kind, subnet, stage = task
         if kind is not UPDATE:
-            sibling = new_task((BACKWARD if kind is FORWARD else FORWARD, subnet, stage))
-            if sibling in self:
-                layers = self[task] = self[sibling]
+            layers = self.get((BACKWARD if kind is FORWARD else FORWARD, subnet, stage))  # a task keys as its tuple
+            if layers is not None:
+                self[task] = layers
                 return layers
         layers = self[task] = task_layers(self.plan, task)
         return layers
 
     def forget(self, update: Task) -> None:
-        """The subnet's update started: none of its tasks here is predicted again."""
+        """The subnet's update started: none of its tasks here is predicted again (plain tuples as keys: a task
+        equals and hashes as its fields' tuple)."""
         _, subnet, stage = update
-        for kind in (FORWARD, BACKWARD, UPDATE):
-            self.pop(new_task((kind, subnet, stage)), None)
+        pop = self.pop
+        pop(update, None)
+        pop((FORWARD, subnet, stage), None)
+        pop((BACKWARD, subnet, stage), None)
 
 
 def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
