@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 from naspipe.partition import balanced_partition
 from naspipe.scheduling import PipelinePlan
+from naspipe.scheduling.task import Kind, Task
 from naspipe.space.structure import SpaceStructure
 from naspipe.subnet import Subnet, SubnetStream
 
@@ -75,3 +78,18 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def irregular_durations(seed: int) -> Callable[[Task], float]:
+    """Irregular, deterministic task times for the scheduling driver (forwards overtake, stages idle at
+    random points), memoised per task so a task asked twice gets one time."""
+    rng = random.Random(seed)
+    table: dict[Task, float] = {}
+
+    def duration(task: Task) -> float:
+        if task not in table:
+            base = {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
+            table[task] = base + rng.choice((0.0, 0.5, 1.0, 3.0))
+        return table[task]
+
+    return duration

@@ -24,23 +24,9 @@ from naspipe.scheduling.policies import PolicyOptions, make_policy
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.predictor import CSPLookahead, predict, predict_by_copy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import Task
 from naspipe.subnet import SubnetStream
-from tests.conftest import make_plan, make_structure
-
-
-def _durations(seed: int) -> dict[Task, float]:
-    """Irregular, deterministic task times (memoised per task: the driver asks once)."""
-    rng = random.Random(seed)
-    table: dict[Task, float] = {}
-
-    def duration(task: Task) -> float:
-        if task not in table:
-            base = {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
-            table[task] = base + rng.choice((0.0, 0.5, 1.0, 3.0))
-        return table[task]
-
-    return duration  # type: ignore[return-value]
+from tests.conftest import irregular_durations, make_plan, make_structure
 
 
 class Counts:
@@ -85,7 +71,7 @@ def _compare(plan: PipelinePlan, system: str, n: int, horizons: tuple[int, ...],
     if resume:
         for policy in policies:
             policy.resume_at(resume)
-    drive(plan, system, n, options, duration=_durations(seed), policies=policies, on_start=look)
+    drive(plan, system, n, options, duration=irregular_durations(seed), policies=policies, on_start=look)
     return counts.fast
 
 
@@ -148,7 +134,7 @@ def test_a_lookahead_made_mid_run_agrees() -> None:
         if task.subnet >= 11:  # no prediction before: the lookahead is built here
             assert predict(policy, 8, n, running=task) == predict_by_copy(policy, 8, n, running=task)
 
-    drive(plan, "csp", n, duration=_durations(2), on_start=look)
+    drive(plan, "csp", n, duration=irregular_durations(2), on_start=look)
 
 
 def test_deep_pipelines_skip_blocked_arrivals_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,6 @@ counted on both sides of that condition so the test cannot pass without comparin
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 import pytest
 
@@ -21,8 +20,8 @@ from naspipe.scheduling.driver import drive
 from naspipe.scheduling.policies import PolicyOptions, make_policy
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.predictor import CSPLookahead, predict_by_copy
-from naspipe.scheduling.task import Kind, Task
-from tests.conftest import make_plan
+from naspipe.scheduling.task import Task
+from tests.conftest import irregular_durations, make_plan
 
 HORIZONS = (1, 2, 3, 5, 8, 13)
 LONGEST = 24
@@ -35,19 +34,6 @@ def _random_pipeline(seed: int) -> tuple[PipelinePlan, int, PolicyOptions]:
     plan = make_plan(blocks=rng.randint(stages, 14), candidates=rng.randint(2, 6), stages=stages, seed=seed)
     return plan, rng.randint(24, 48), PolicyOptions(max_inflight=rng.randint(1, 10))
 
-
-def _durations(seed: int) -> Callable[[Task], float]:
-    """Irregular task times (forwards overtake, stages idle at random points), memoised per task."""
-    rng = random.Random(seed)
-    table: dict[Task, float] = {}
-
-    def duration(task: Task) -> float:
-        if task not in table:
-            base = {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
-            table[task] = base + rng.choice((0.0, 0.5, 1.0, 3.0))
-        return table[task]
-
-    return duration
 
 
 def test_a_short_run_ahead_is_the_start_of_a_long_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,7 +71,7 @@ def test_a_short_run_ahead_is_the_start_of_a_long_one(monkeypatch: pytest.Monkey
             checked += 1
 
         policies = [make_policy("csp", k, plan, options) for k in range(plan.num_stages)]
-        drive(plan, "csp", n, options, duration=_durations(seed), policies=policies, on_start=look)
+        drive(plan, "csp", n, options, duration=irregular_durations(seed), policies=policies, on_start=look)
         assert checked == 3 * n * plan.num_stages
     # the tail was taken at short horizons where the longest run went step by step over the same tasks
     assert sum(tails.get(h, 0) for h in HORIZONS) > 0
