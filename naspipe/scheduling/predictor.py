@@ -271,7 +271,7 @@ class CSPLookahead:
 
         Only registering adds to ``unwritten`` (and raises ``registered``), only a write removes from it:
         with both sizes unchanged since the last call (:attr:`_seen`; two tasks in three) there is nothing
-        to do, and :meth:`take` does not call it."""
+        to do, and :meth:`_run_ahead` does not call it."""
         self._seen = (registered, len(unwritten))
         tracked = self._tracked
         for subnet in [x for x in tracked if x not in unwritten]:
@@ -305,10 +305,6 @@ class CSPLookahead:
             del self._forwards[subnet]
         del self._zeros[:bisect_left(self._zeros, floor)]
         self._until_prune = self._PRUNE_EVERY
-
-    def take(self, horizon: int, end: int, running: Task | None) -> list[Task]:
-        """The next ``horizon`` tasks of the stage (:meth:`answer` for the live policy)."""
-        return self.answer(self.policy, horizon, end, running)
 
     def answer(self, live: CSP, horizon: int, end: int, running: Task | None) -> list[Task]:
         """The next ``horizon`` tasks of ``live`` (this lookahead's policy): the last answer shifted when that
@@ -459,16 +455,12 @@ class CSPLookahead:
                 if tail is not None:
                     forwards, at = self._forwards, len(out)
                     out += [forwards[subnet] for subnet in tail]
-                    if ahead:  # each after one arrival, or more when blocked ones came between
-                        for subnet in tail:
-                            heard[at] = 1 if subnet == next_arrival else 2
-                            at += 1
-                            next_arrival = _arrival_from(subnet + 1, end, ahead)
-                    else:  # no arrival overtook: the one after ``y`` is ``y + 1``
-                        for subnet in tail:
-                            heard[at] = 1 if subnet == next_arrival else 2
-                            at += 1
-                            next_arrival = subnet + 1
+                    for subnet in tail:  # each after one arrival, or more when blocked ones came between
+                        heard[at] = 1 if subnet == next_arrival else 2
+                        at += 1
+                        # the next arrival; with none overtaken, ``y + 1`` without a call (past the end only
+                        # after the tail's last, which nothing is compared with)
+                        next_arrival = _arrival_from(subnet + 1, end, ahead) if ahead else subnet + 1
                     break
             elif pending and (len(pending) >= depth or not arrival):
                 lowest = min(pending)
@@ -549,9 +541,9 @@ class CSPLookahead:
 
     def _ready_arrivals(self, need: int, first: int, written: set[int], unwritten: dict[int, int],
                         registered: int, ahead: set[int]) -> list[int] | None:
-        """What :meth:`take` takes when only arrivals can come, from the registrations kept between
+        """What :meth:`_run_ahead` takes when only arrivals can come, from the registrations kept between
         predictions: the first ``need`` arrivals from ``first`` on whose predecessors have all written,
-        live or in the run-ahead (``written``). None when the stream ends first (:meth:`take` then
+        live or in the run-ahead (``written``). None when the stream ends first (:meth:`_run_ahead` then
         takes the ready ones one at a time, :meth:`_next_ready`)."""
         zeros, end = self._zeros, self._end  # ``ahead``: arrived already, not an arrival
         if self._next <= first:
