@@ -292,12 +292,8 @@ class DeviceCache:
                 else:
                     moves.append(_move((victim, size, "drop")))
             ranking.head = end
+        self._add(layer)
         size = self.sizes[layer]
-        self._resident.add(layer)
-        self._in_flight.add(layer)
-        used = self.used = self.used + size
-        if used > stats.peak_bytes:
-            stats.peak_bytes = used
         stats.swap_in_bytes += size
         moves.append(_move((layer, size, "in")))
 
