@@ -19,6 +19,7 @@ Public API (stable; the runtime and the simulator both drive it):
   simulator): the same moves and state, without pinning the layers for the call's length only.
 - ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
   layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
+  ``arrived_all(layers)``: the same for several.
 - ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
   free ``nbytes``, or None when impossible.
 - ``flush() -> list[Move]``: write back every dirty layer (a drain point); they stay resident.
@@ -188,6 +189,10 @@ class DeviceCache:
     def arrived(self, layer: int) -> None:
         self._in_flight.discard(layer)
 
+    def arrived_all(self, layers: Iterable[int]) -> None:
+        """:meth:`arrived` for each of ``layers`` (the simulator lands a stage's copies together)."""
+        self._in_flight.difference_update(layers)
+
     def prefetch(self, upcoming: Upcoming) -> list[Move]:
         return self._fetch((), False, upcoming, (), upcoming)
 
@@ -291,16 +296,19 @@ class DeviceCache:
                 else:
                     moves.append(_move((victim, size, "drop")))
             ranking.head = end
-        self._add(layer)
-        size = self.sizes[layer]
+        size = self._add(layer)
         stats.swap_in_bytes += size
         moves.append(_move((layer, size, "in")))
 
-    def _add(self, layer: int) -> None:
+    def _add(self, layer: int) -> int:
+        """Start ``layer``'s copy: held and in flight, its bytes counted (returned)."""
         self._resident.add(layer)
         self._in_flight.add(layer)
-        self.used += self.sizes[layer]
-        self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
+        size = self.sizes[layer]
+        used = self.used = self.used + size
+        if used > self.stats.peak_bytes:
+            self.stats.peak_bytes = used
+        return size
 
     def _check_fits(self, layers: Collection[int]) -> None:
         total = sum(self.sizes[layer] for layer in layers)
