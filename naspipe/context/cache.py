@@ -352,10 +352,13 @@ class _Ranking:
         """The order of ``free``: the evictable layers not needed up to position ``before`` (-1: all of them).
 
         Their next uses from a walk over the later positions that stops once all are found; loops, not
-        comprehensions (a frame each, for the two or three layers a ranking usually holds)."""
+        comprehensions (a frame each, for the two or three layers a ranking usually holds). A lone candidate (one
+        ranking in five) needs no walk: its next use orders nothing, and the one test made of it (needed after
+        ``before``, in :meth:`victims`) holds by construction, as ``free`` leaves out the layers needed up to
+        there; so it is ranked as never used again."""
         next_use: dict[int, int] = {}
         left = set(free)
-        for position in range(before + 1, len(upcoming)):
+        for position in range(before + 1, len(upcoming) if len(left) > 1 else 0):
             uses = upcoming[position]
             if left.isdisjoint(uses):
                 continue
