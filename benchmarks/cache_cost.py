@@ -6,6 +6,7 @@ Four measurements, each for the tree on ``PYTHONPATH`` (run once per tree to com
     python benchmarks/cache_cost.py record --subnets 300 --log FILE
     python benchmarks/cache_cost.py replay --log FILE --repeats 6  # the DeviceCache alone
     python benchmarks/cache_cost.py residency --subnets 300        # the cache path without the predictor
+    python benchmarks/cache_cost.py residency --subnets 300 --split  # ... and where its time goes
 
 ``window`` runs ``naspipe simulate`` (toy, 126 blocks x 24 candidates, csp, uniform costs,
 ``cache.enabled=true``) in this process and takes the process's CPU clock every 192,000
@@ -73,13 +74,29 @@ def window(subnets: int, stages: int) -> dict[str, Any]:
             "median_us": round(statistics.median(per_task), 2) if per_task else None}
 
 
-def residency_replay(subnets: int, stages: int, repeats: int) -> dict[str, Any]:
+def residency_replay(subnets: int, stages: int, repeats: int, split: bool = False) -> dict[str, Any]:
     """The simulator's residency calls without the predictor: one run records every ``ContextCache`` call with
     its answer and every prediction; each repeat makes the same calls on fresh ``ContextCache`` objects (same
     constructor arguments) with ``predict`` answering the recorded tasks, checks every answer and reports the
-    CPU seconds of the calls: the cache path's own cost (layer lists, DeviceCache, copies), in this process."""
+    CPU seconds of the calls: the cache path's own cost (layer lists, DeviceCache, copies), in this process.
+    ``split`` adds where it goes (:func:`_split`)."""
+    made, calls, predictions = _record_residency(subnets, stages)
+    seconds = [_replay_residency(made, calls, predictions) for _ in range(repeats)]
+    tasks = sum(1 for call in calls if call[1] == "acquire")
+    result = {"tasks": tasks, "cpu_s": [round(x, 3) for x in seconds], "median_s": round(statistics.median(seconds), 3),
+              "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+    if split:
+        result |= _split(made, calls, predictions, repeats, tasks)
+    return result
+
+
+Calls = list[tuple[int, str, tuple[Any, ...], Any]]  # (ContextCache index, method, arguments, answer)
+
+
+def _record_residency(subnets: int, stages: int) -> tuple[list[tuple[Any, ...]], Calls, list[list[Any]]]:
+    """One run's ``ContextCache`` constructions, calls (with answers) and predictions, in this process."""
     made: list[tuple[Any, ...]] = []
-    calls: list[tuple[int, str, tuple[Any, ...], Any]] = []
+    calls: Calls = []
     predictions: list[list[Any]] = []
     cls, predict = residency.ContextCache, residency.predict
     init, methods = cls.__init__, {name: getattr(cls, name) for name in ("acquire", "release", "replaced")}
@@ -113,13 +130,61 @@ def residency_replay(subnets: int, stages: int, repeats: int) -> dict[str, Any]:
         for name, method in originals.items():
             setattr(cls, name, method)
         residency.predict = predict  # type: ignore[assignment]
-    seconds = [_replay_residency(made, calls, predictions) for _ in range(repeats)]
-    tasks = sum(1 for call in calls if call[1] == "acquire")
-    return {"tasks": tasks, "cpu_s": [round(x, 3) for x in seconds], "median_s": round(statistics.median(seconds), 3),
-            "us_per_task": round(statistics.median(seconds) / max(tasks, 1) * 1e6, 2)}
+    return made, calls, predictions
 
 
-def _replay_residency(made: list[tuple[Any, ...]], calls: list[tuple[int, str, tuple[Any, ...], Any]],
+def _split(made: list[tuple[Any, ...]], calls: Calls, predictions: list[list[Any]], repeats: int,
+           tasks: int) -> dict[str, Any]:
+    """Where the replay's time goes: the residency around the DeviceCache (its one call per task answering the
+    recorded moves: layer lists, landing, copies, and this harness), and the DeviceCache's calls timed one by
+    one (``perf_counter_ns`` around each: about 0.1-0.3 us of it is the timer), apart for those with moves."""
+    cls = cache_module.DeviceCache
+    method = cls.acquire_prefetch_release
+    answers: list[Any] = []
+    timed: dict[str, list[int]] = {"moves": [0, 0], "none": [0, 0]}
+    clock = time.perf_counter_ns
+
+    def recording(self: Any, *args: Any) -> Any:
+        moves = method(self, *args)
+        answers.append(moves)
+        return moves
+
+    def timing(self: Any, *args: Any) -> Any:
+        start = clock()
+        moves = method(self, *args)
+        bucket = timed["moves" if moves else "none"]
+        bucket[0] += 1
+        bucket[1] += clock() - start
+        return moves
+
+    told: list[Any] = []
+
+    def told_moves(self: Any, *args: Any) -> Any:
+        return next(told[0])
+
+    try:
+        cls.acquire_prefetch_release = recording  # type: ignore[method-assign]
+        _replay_residency(made, calls, predictions)
+        cls.acquire_prefetch_release = told_moves  # type: ignore[method-assign]
+        glue = []
+        for _ in range(repeats):
+            told[:] = [iter(answers)]
+            glue.append(_replay_residency(made, calls, predictions))
+        cls.acquire_prefetch_release = timing  # type: ignore[method-assign]
+        for _ in range(repeats):
+            _replay_residency(made, calls, predictions)
+    finally:
+        cls.acquire_prefetch_release = method  # type: ignore[method-assign]
+    glue_us = round(statistics.median(glue) / tasks * 1e6, 2)
+    split: dict[str, Any] = {"residency_without_devicecache_us_per_task": glue_us}
+    for kind, (count, ns) in timed.items():
+        split[f"devicecache_{kind}"] = {"share_of_tasks": round(count / repeats / tasks, 3),
+                                        "us_per_call": round(ns / max(count, 1) / 1e3, 2),
+                                        "us_per_task": round(ns / repeats / tasks / 1e3, 2)}
+    return split
+
+
+def _replay_residency(made: list[tuple[Any, ...]], calls: Calls,
                       predictions: list[list[Any]]) -> float:
     """One replay of the recorded residency calls; raises if an answer differs."""
     caches = [residency.ContextCache(*args) for args in made]
@@ -257,11 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, help="record: where to write the calls; replay: the calls to make")
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--apart", action="store_true", help="replay: each recorded call as it was made")
+    parser.add_argument("--split", action="store_true", help="residency: also where the time goes (see _split)")
     args = parser.parse_args(argv)
     if args.what == "window":
         print(json.dumps(window(args.subnets, args.stages)))
     elif args.what == "residency":
-        print(json.dumps(residency_replay(args.subnets, args.stages, args.repeats)))
+        print(json.dumps(residency_replay(args.subnets, args.stages, args.repeats, args.split)))
     elif args.log is None:
         parser.error(f"{args.what} needs --log FILE")
     elif args.what == "record":

@@ -19,6 +19,7 @@ Public API (stable; the runtime and the simulator both drive it):
   simulator): the same moves and state, without pinning the layers for the call's length only.
 - ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
   layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
+  ``arrived_all(layers)``: the same for several.
 - ``choose_victims(nbytes, upcoming, before=None) -> list[int] | None``: the evictions that
   free ``nbytes``, or None when impossible.
 - ``flush() -> list[Move]``: write back every dirty layer (a drain point); they stay resident.
@@ -99,6 +100,7 @@ class DeviceCache:
         self._dirty: set[int] = set()
         self._last_use: dict[int, int] = {}
         self._tick = 0
+        self._missing = False  # the last _use's task has a layer not held
         self.used = 0
 
         for layer in resident:
@@ -127,12 +129,14 @@ class DeviceCache:
 
     # -- events -------------------------------------------------------------
     def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
-        return self._fetch(self._use(layers, pin=True), upcoming, (), ())
+        wanted = self._use(layers, pin=True)
+        return self._fetch(wanted, self._missing, upcoming, (), ())
 
     def acquire_and_prefetch(self, layers: Iterable[int], upcoming: Upcoming) -> list[Move]:
         """:meth:`acquire` then :meth:`prefetch`: one ranking of the victims serves both (nothing between the
         two calls changes it: the task's layers are pinned before either places a layer)."""
-        return self._fetch(self._use(layers, pin=True), upcoming, (), upcoming)
+        wanted = self._use(layers, pin=True)
+        return self._fetch(wanted, self._missing, upcoming, (), upcoming)
 
     def acquire_prefetch_release(self, layers: Iterable[int], upcoming: Upcoming, dirty: bool = False) -> list[Move]:
         """:meth:`acquire_and_prefetch` then :meth:`release`, for a caller that makes no other call on the cache
@@ -140,7 +144,7 @@ class DeviceCache:
         of its loop). The same moves, stats and state; the task's layers are kept from eviction for the call
         without pinning and unpinning them."""
         wanted = self._use(layers, pin=False)
-        moves = self._fetch(wanted, upcoming, wanted, upcoming)
+        moves = self._fetch(wanted, self._missing, upcoming, wanted, upcoming)
         if dirty:
             self._dirty.update(wanted)
         return moves
@@ -156,6 +160,7 @@ class DeviceCache:
         self._last_use.update(wanted)
         # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
         hits = len(self._resident.intersection(wanted))
+        self._missing = hits < len(wanted)  # some layer to place: for _fetch (an issuperset would build a set)
         stats = self.stats
         if self._in_flight:
             late = len(self._in_flight.intersection(wanted))
@@ -184,8 +189,12 @@ class DeviceCache:
     def arrived(self, layer: int) -> None:
         self._in_flight.discard(layer)
 
+    def arrived_all(self, layers: Iterable[int]) -> None:
+        """:meth:`arrived` for each of ``layers`` (the simulator lands a stage's copies together)."""
+        self._in_flight.difference_update(layers)
+
     def prefetch(self, upcoming: Upcoming) -> list[Move]:
-        return self._fetch((), upcoming, (), upcoming)
+        return self._fetch((), False, upcoming, (), upcoming)
 
     def flush(self) -> list[Move]:
         moves = [Move(layer, self.sizes[layer], "out") for layer in sorted(self._dirty)]
@@ -214,7 +223,7 @@ class DeviceCache:
         return None if end < 0 else [layer for _, _, layer in ranking.order[:end]]
 
     # -- internals ----------------------------------------------------------
-    def _fetch(self, wanted: Iterable[int], upcoming: Upcoming, held: Collection[int],
+    def _fetch(self, wanted: Iterable[int], missing: bool, upcoming: Upcoming, held: Collection[int],
                ahead: Upcoming) -> list[Move]:
         """Place every missing layer of ``wanted`` (any evictable layer may go), then prefetch ``ahead``'s
         positions in order up to the first layer that cannot be placed. ``upcoming`` ranks the victims
@@ -227,7 +236,7 @@ class DeviceCache:
         resident, sizes, budget = self._resident, self.sizes, self.budget
         moves: list[Move] = []
         ranking: _Ranking | None = None
-        for layer in () if resident.issuperset(wanted) else wanted:  # most tasks: all held
+        for layer in wanted if missing else ():  # most tasks: all held
             if layer not in resident:
                 need, end = sizes[layer] - budget + self.used, 0
                 if need > 0:
@@ -238,16 +247,11 @@ class DeviceCache:
                     if end < 0:
                         self._full(layer, held)
                 self._place(layer, ranking, end, moves)
-        # the first position with a layer to place, without a bytecode loop over those before it
-        held_all = list(map(resident.issuperset, ahead))
-        if False not in held_all:
-            return moves
-        first = held_all.index(False)
-        for position in range(first, len(ahead)):
-            layers = ahead[position]
-            if position > first and resident.issuperset(layers):  # most positions: nothing to place
-                continue
-            for layer in layers:
+        # positions in order, held layers skipped: a membership test per layer up to the first one to place (one in
+        # three tasks: at the third position) costs less than ``set.issuperset`` of each position's tuple (it
+        # builds a set from it) mapped over all of them
+        for position in range(len(ahead)):
+            for layer in ahead[position]:
                 if layer in resident:
                     continue
                 need, end = sizes[layer] - budget + self.used, 0
@@ -292,16 +296,19 @@ class DeviceCache:
                 else:
                     moves.append(_move((victim, size, "drop")))
             ranking.head = end
-        self._add(layer)
-        size = self.sizes[layer]
+        size = self._add(layer)
         stats.swap_in_bytes += size
         moves.append(_move((layer, size, "in")))
 
-    def _add(self, layer: int) -> None:
+    def _add(self, layer: int) -> int:
+        """Start ``layer``'s copy: held and in flight, its bytes counted (returned)."""
         self._resident.add(layer)
         self._in_flight.add(layer)
-        self.used += self.sizes[layer]
-        self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
+        size = self.sizes[layer]
+        used = self.used = self.used + size
+        if used > self.stats.peak_bytes:
+            self.stats.peak_bytes = used
+        return size
 
     def _check_fits(self, layers: Collection[int]) -> None:
         total = sum(self.sizes[layer] for layer in layers)
@@ -345,10 +352,13 @@ class _Ranking:
         """The order of ``free``: the evictable layers not needed up to position ``before`` (-1: all of them).
 
         Their next uses from a walk over the later positions that stops once all are found; loops, not
-        comprehensions (a frame each, for the two or three layers a ranking usually holds)."""
+        comprehensions (a frame each, for the two or three layers a ranking usually holds). A lone candidate (one
+        ranking in five) needs no walk: its next use orders nothing, and the one test made of it (needed after
+        ``before``, in :meth:`victims`) holds by construction, as ``free`` leaves out the layers needed up to
+        there; so it is ranked as never used again."""
         next_use: dict[int, int] = {}
         left = set(free)
-        for position in range(before + 1, len(upcoming)):
+        for position in range(before + 1, len(upcoming) if len(left) > 1 else 0):
             uses = upcoming[position]
             if left.isdisjoint(uses):
                 continue

@@ -24,7 +24,7 @@ from naspipe.context.cache import DeviceCache, Move
 from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.predictor import predict, task_layers
+from naspipe.scheduling.predictor import predict
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
@@ -202,15 +202,15 @@ class ContextCache:
     def _land(self, now: float) -> None:
         """The copies landed by ``now`` arrive: all of them when the last one started has (one copy engine runs
         them in turn, so it lands last), else those due."""
-        landing, arrived = self.landing, self.cache.arrived
+        landing = self.landing
         if self._last_lands <= now:
-            for lid in landing:
-                arrived(lid)
+            self.cache.arrived_all(landing)
             landing.clear()
             return
-        for lid in [lid for lid, lands in landing.items() if lands <= now]:
+        landed = [lid for lid, lands in landing.items() if lands <= now]
+        for lid in landed:
             del landing[lid]
-            arrived(lid)
+        self.cache.arrived_all(landed)
 
     def _perform(self, moves: list[Move], now: float) -> None:
         copy_free, landing, copy_s = self.copy_free, self.landing, self._copy_s
@@ -227,24 +227,21 @@ class ContextCache:
 
 
 class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
-    """:func:`naspipe.scheduling.predictor.layer_uses` of one stage's tasks, memoised by task: a subnet's
-    tasks are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for
-    every stage, cost more per lookup and stop holding a long run's window. A forward and its backward share
-    one tuple. Keyed by tasks, looked up also by plain (kind, subnet, stage) tuples (equal, same hash): no
-    task is built to look up a sibling or to forget one."""
+    """:func:`naspipe.scheduling.predictor.task_layers` of one stage's tasks, memoised by task: a subnet's tasks
+    are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for every
+    stage, cost more per lookup and stop holding a long run's window. A missing task is answered from those
+    caches directly (as :func:`~naspipe.scheduling.predictor.layer_uses` does: about one task in four is new,
+    and the call through ``task_layers`` doubled its price); a forward and its backward get the plan's one
+    tuple. Keyed by tasks, forgotten by plain (kind, subnet, stage) tuples (equal, same hash)."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
         self.plan = plan
+        self._stage_layers, self._trainable_layers = plan.stage_layers, plan.trainable_layers
 
     def __missing__(self, task: Task) -> tuple[int, ...]:
         kind, subnet, stage = task
-        if kind is not UPDATE:
-            layers = self.get((BACKWARD if kind is FORWARD else FORWARD, subnet, stage))  # a task keys as its tuple
-            if layers is not None:
-                self[task] = layers
-                return layers
-        layers = self[task] = task_layers(self.plan, task)
+        layers = self[task] = (self._trainable_layers if kind is UPDATE else self._stage_layers)(subnet, stage)
         return layers
 
     def forget(self, update: Task) -> None:
