@@ -223,8 +223,6 @@ class CSPLookahead:
         self._heard: dict[int, int] = {}  # position in _answer -> messages assumed just before it (_run_ahead)
         self._messages, self._answer_end = -1, -1
         self.reused = 0  # answers given by shifting the last one (a count for tests and benchmarks)
-        self.repaired = 0  # answers given by the last one after an unforeseen gradient (_after_gradient)
-        self._released: list[int] = []  # positions in _answer whose task follows a released backward
         bounds = policy.plan.partition.bounds
         per_position = _versioned_per_position(policy.plan.structure)  # the versioned layers any subnet can run here:
         self._layer_count = sum(per_position[bounds[self.stage]:bounds[self.stage + 1]])
@@ -344,100 +342,30 @@ class CSPLookahead:
         the answer is ``A[i + 1:i + 1 + h]`` when ``A`` has that many, or when ``A`` stopped short of
         ``H`` (no task could come after its last, and with the same state none can now)."""
         answer = self._answer
-        if answer and running is not None and end == self._answer_end and self._started < len(answer):
-            i, messages = self._started, live.messages
-            heard = messages - self._messages
-            if answer[i] == running:
+        if answer and running is not None and end == self._answer_end:
+            i = self._started
+            if i < len(answer) and answer[i] == running:
+                messages = live.messages
+                heard = messages - self._messages
                 if heard == self._heard.get(i, 0) and heard <= 1:
                     i += 1
                     if self._ran_out or len(answer) - i >= horizon:
                         self._started, self._messages = i, messages
                         self.reused += 1
                         return answer[i:i + horizon]
-            elif heard == 1 and running[0] is BACKWARD and not self._is_last:
-                kept = self._after_gradient(live, running[1], i)
-                if len(kept) >= horizon:
-                    self._answer, self._started, self._ran_out, self._messages = kept, 0, False, messages
-                    self.repaired += 1
-                    return kept[:horizon]
         messages, longer = live.messages, horizon + self._SPARE
         heard_at: dict[int, int] = {}
-        released: list[int] = []
-        answer = self._answer = self._run_ahead(live, longer, end, running, heard_at, released)
+        answer = self._answer = self._run_ahead(live, longer, end, running, heard_at)
         self._started, self._ran_out, self._messages, self._answer_end = 0, len(answer) < longer, messages, end
-        self._heard, self._released = heard_at, released
+        self._heard = heard_at
         return answer[:horizon]
 
-    def _after_gradient(self, live: CSP, y: int, i: int) -> list[Task]:
-        """The run-ahead after an unforeseen gradient: ``[U y]`` and the kept answer from ``i`` on, as far
-        as it provably continues unchanged (none or too few: the caller runs ahead afresh). Keeps the
-        bookkeeping (:attr:`_heard`, :attr:`_released`) of what it returns; the caller keeps the list.
-
-        Why it is exact. :meth:`answer` calls it when the kept run-ahead ``A`` (made from the live state,
-        shifted ``i`` times exactly) expected ``A[i]`` next, the stage (not the last) runs ``B y`` instead,
-        and one message came since the last call. Let ``S`` be the clone's state after completing the task
-        the stage ran at that call, before ``A[i]``; the live state was ``S`` plus the message, then ``B y``
-        popped. The message is ``y``'s gradient: otherwise ``y``'s gradient was in ``S`` already, so was the
-        backward heap's lowest with no update ready (CSP pops updates first, and the live stage popped
-        ``B y``), and the clone's ``A[i]`` would be ``B y``. So ``y`` is awaited in ``S``, and the run-ahead
-        from now is ``B y`` done, ``U y`` (the only ready update), then the run from ``S' = S`` with ``y``
-        written, no longer awaited, and one more subnet finished. The run from ``S`` is ``A[i:]``. Each
-        step of the clone's rules reads: the ready queues (a task is taken when one is ready), the awaited
-        list (a release takes its lowest, when it is as long as the stages below, or when no arrival can
-        come), the next arrival and on stage 0 the in-flight count (admitted minus finished), and the
-        written subnets (whether an arrival, or a waiting forward after a write, is ready). Up to the
-        first release of ``A`` at or after ``i`` (:attr:`_released`), the run from ``S`` took a task or an
-        arrival at every step, so no step read the lowest awaited: with one fewer awaited and one more
-        finished, each arrival step is still one (the release condition is weaker, admission no harder),
-        and a task step the same task as long as the ready queues agree. They agree as long as ``y``'s
-        write has made no forward ready that is not ready in ``S``'s run: the subnets it can free are its
-        followers (:attr:`_followers`, complete for the registered subnets), and only those present in the
-        run matter, the waiting ones and arrivals up to the highest forward the prefix runs (a blocked
-        arrival is taken only in a run of them ending with a ready one, whose forward is the next task).
-        Such a follower ``z`` stays blocked while another predecessor of it has not written, live or in
-        the run: the prefix is cut after the update that writes its last such predecessor (at once when it
-        has none). So the new run's first tasks are ``U y`` and ``A[i:stop]``, and the messages it assumes
-        before each are those ``A``'s assumed (:attr:`_heard`, shifted by ``i - 1``); it has no release."""
-        answer, stage = self._answer, self.stage
-        stop = len(answer)
-        for at in self._released:  # in order: the first at or after i
-            if at >= i:
-                stop = at
-                break
-        _, _, _, waiting, unwritten, registered = live.lookahead_view()
-        bound = max(waiting, default=-1)  # the highest follower that can be present in the run
-        for at in range(i, stop):
-            task = answer[at]
-            if task[0] is FORWARD and task[1] > bound:
-                bound = task[1]
-        if bound >= self._next:  # followers there are not all registered: not known here
-            return []
-        preds, updates = self.preds, None
-        for z in self._followers.get(y, ()):
-            if z > bound and z not in waiting:
-                continue
-            free = -1  # the position of the update after which no predecessor of z but y blocks it
-            for p in preds[z]:
-                if p == y or (p < registered and p not in unwritten):
-                    continue
-                if updates is None:
-                    updates = {answer[at][1]: at for at in range(i, stop) if answer[at][0] is UPDATE}
-                free = max(free, updates.get(p, stop))
-            if free < stop:
-                stop = free + 1
-        kept = [new_task((UPDATE, y, stage)), *answer[i:stop]]
-        heard = self._heard
-        self._heard = {at - i + 1: heard[at] for at in range(i, stop) if at in heard}
-        self._released = []
-        return kept
-
     def _run_ahead(self, live: CSP, horizon: int, end: int, running: Task | None,
-                   heard: dict[int, int], released: list[int] | None = None) -> list[Task]:
+                   heard: dict[int, int]) -> list[Task]:
         """The next ``horizon`` tasks, run ahead from the live state (the rules of :class:`_Lookahead`, CSP's
         decisions inlined). ``heard`` receives, for each position ``i`` of the answer, how many messages
         the run-ahead assumed between the previous task (or ``running``) and task ``i`` (absent: none; 2
-        stands for two or more), what :meth:`answer` compares with the live count; ``released``, when
-        given, the positions whose task follows a released backward (what :meth:`_after_gradient` reads).
+        stands for two or more), what :meth:`answer` compares with the live count.
 
         Off stage 0 the run-ahead's arrivals are every subnet in ``[lo, hi)`` not already arrived
         (``ahead``); those that were not ready then wait. They are not listed: a run of blocked
@@ -539,8 +467,6 @@ class CSPLookahead:
                 pending.remove(lowest)
                 heappush(ready_b, lowest)
                 heard[len(out)] = heard.get(len(out), 0) + 1
-                if released is not None:
-                    released.append(len(out))
                 continue
             if not arrival:
                 break
