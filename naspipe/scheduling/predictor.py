@@ -36,8 +36,6 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache, partial
 from heapq import heappop, heappush
-from itertools import chain, count, repeat
-from operator import add, ne
 from typing import TypeGuard
 from weakref import ref
 
@@ -204,7 +202,6 @@ class CSPLookahead:
         start = min(min(unwritten, default=registered), registered)  # every subnet below it has written
         self._next = start  # subnets [start, _next) are registered here
         self._last_user: dict[int, int] = {}  # layer -> its last user registered here
-        self._low_user: int | None = None  # the lowest of them, kept until the next registration (_covered)
         self.preds: dict[int, tuple[int, ...]] = {}  # subnet -> its distinct predecessors on this stage
         # The live writes, as far as the last prediction saw them: a subnet below _synced and not in
         # _tracked has written. For each registered subnet, the predecessors not known to have written:
@@ -268,7 +265,6 @@ class CSPLookahead:
             y += 1
         self._until_prune -= y - self._next
         self._next = y
-        self._low_user = None  # the lowest last user, for _covered: found again when next asked
 
     def _sync(self, unwritten: dict[int, int], registered: int) -> None:
         """Catch up with the live writes: a registered subnet has written once it left ``unwritten``.
@@ -459,16 +455,14 @@ class CSPLookahead:
                 assert next_arrival is not None
                 need = horizon - len(out)
                 tail = self._ready_arrivals(need, next_arrival, written, unwritten, registered, ahead)
-                at = len(out)
-                out += map(self._forwards.__getitem__, tail)  # __getitem__ builds a missing one (__missing__)
-                if not ahead:  # the next arrival after ``y`` is ``y + 1``
-                    _tail_heard(heard, at, tail, next_arrival)
-                    at += len(tail)
-                else:
-                    for subnet in tail:  # each after one arrival, or more when blocked ones came between
-                        heard[at] = 1 if subnet == next_arrival else 2
-                        at += 1
-                        next_arrival = _arrival_from(subnet + 1, end, ahead)
+                forwards, at = self._forwards, len(out)
+                out += [forwards[subnet] for subnet in tail]
+                for subnet in tail:  # each after one arrival, or more when blocked ones came between
+                    heard[at] = 1 if subnet == next_arrival else 2
+                    at += 1
+                    # the next arrival; with none overtaken, ``y + 1`` without a call (past the end only
+                    # after a full tail's last, which nothing is compared with)
+                    next_arrival = _arrival_from(subnet + 1, end, ahead) if ahead else subnet + 1
                 if len(tail) == need:
                     break
                 # Fewer: every arrival left to the stream's end is blocked. The step-by-step rules take the
@@ -546,9 +540,7 @@ class CSPLookahead:
         last_user = self._last_user
         if not last_user or len(last_user) < self._layer_count:
             return False
-        low = self._low_user
-        if low is None:  # registering moved a last user since the last look
-            low = self._low_user = min(last_user.values())
+        low = min(last_user.values())
         return low >= registered and (not written or low > max(written))
 
     def _register_followers(self, subnet: int, limit: int) -> None:
@@ -586,32 +578,15 @@ class CSPLookahead:
                 break
             self.register_through(min(self._next + self._AHEAD, end - 1))
         if written:  # followers whose every blocker the run-ahead writes
+            extra: dict[int, int] = {}
+            for writer in written:
+                for follower in self._followers.get(writer, ()):
+                    extra[follower] = extra.get(follower, 0) + 1
             blocking = self._blocking
-            if len(written) == 1:  # most often: the update after the running backward
-                (writer,) = written
-                more = [y for y in self._followers.get(writer, ())
-                        if blocking.get(y) == 1 and first <= y < end and y not in ahead]
-            else:
-                extra: dict[int, int] = {}
-                for writer in written:
-                    for follower in self._followers.get(writer, ()):
-                        extra[follower] = extra.get(follower, 0) + 1
-                more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
+            more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
             if more:
                 tail = sorted(tail + more)
         return tail[:need]
-
-
-def _tail_heard(heard: dict[int, int], at: int, tail: list[int], first: int) -> None:
-    """The messages assumed before each forward of an arrivals-only tail at positions ``at`` on, when no
-    arrival was overtaken (each subnet's next arrival is the next id): one before ``tail[0]`` if it is
-    ``first``, else two or more (blocked arrivals came between), and the same for each later one against
-    its predecessor plus one. In C iterators: a tail is most of a fresh prediction's tasks."""
-    skipped = map(ne, tail, chain((first,), map(_NEXT_ID, tail)))  # False where no arrival came between
-    heard.update(zip(count(at), map(add, repeat(1), skipped)))
-
-
-_NEXT_ID = (1).__add__
 
 
 @lru_cache(maxsize=8)
