@@ -202,6 +202,7 @@ class CSPLookahead:
         start = min(min(unwritten, default=registered), registered)  # every subnet below it has written
         self._next = start  # subnets [start, _next) are registered here
         self._last_user: dict[int, int] = {}  # layer -> its last user registered here
+        self._low_user: int | None = None  # the lowest of them, kept until the next registration (_covered)
         self.preds: dict[int, tuple[int, ...]] = {}  # subnet -> its distinct predecessors on this stage
         # The live writes, as far as the last prediction saw them: a subnet below _synced and not in
         # _tracked has written. For each registered subnet, the predecessors not known to have written:
@@ -265,6 +266,7 @@ class CSPLookahead:
             y += 1
         self._until_prune -= y - self._next
         self._next = y
+        self._low_user = None  # the lowest last user, for _covered: found again when next asked
 
     def _sync(self, unwritten: dict[int, int], registered: int) -> None:
         """Catch up with the live writes: a registered subnet has written once it left ``unwritten``.
@@ -540,7 +542,9 @@ class CSPLookahead:
         last_user = self._last_user
         if not last_user or len(last_user) < self._layer_count:
             return False
-        low = min(last_user.values())
+        low = self._low_user
+        if low is None:  # registering moved a last user since the last look
+            low = self._low_user = min(last_user.values())
         return low >= registered and (not written or low > max(written))
 
     def _register_followers(self, subnet: int, limit: int) -> None:
@@ -578,12 +582,17 @@ class CSPLookahead:
                 break
             self.register_through(min(self._next + self._AHEAD, end - 1))
         if written:  # followers whose every blocker the run-ahead writes
-            extra: dict[int, int] = {}
-            for writer in written:
-                for follower in self._followers.get(writer, ()):
-                    extra[follower] = extra.get(follower, 0) + 1
             blocking = self._blocking
-            more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
+            if len(written) == 1:  # most often: the update after the running backward
+                (writer,) = written
+                more = [y for y in self._followers.get(writer, ())
+                        if blocking.get(y) == 1 and first <= y < end and y not in ahead]
+            else:
+                extra: dict[int, int] = {}
+                for writer in written:
+                    for follower in self._followers.get(writer, ()):
+                        extra[follower] = extra.get(follower, 0) + 1
+                more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
             if more:
                 tail = sorted(tail + more)
         return tail[:need]
