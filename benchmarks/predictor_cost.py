@@ -12,8 +12,9 @@ the running task's kind and by whether the answer was a fresh run-ahead or the l
 (trees without the shift report every call as fresh). Every call goes through ``itertools.starmap``,
 so under ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=starmap_next`` the
 instructions counted are the predictor's alone (the slope between two sizes: its cost per task).
-``states`` keeps clones of the live CSP policies at about 200 calls of the run's last two thirds and times a fresh prediction on each
-(the same running task every time, so never a shift): the fixed cost of a call. Run under
+``states`` keeps clones of the live CSP policies at about 200 calls of the run's last two thirds and
+times a fresh prediction on each (the same running task every time, so never a shift): the fixed cost
+of a call. Run under
 ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=starmap_next`` it counts the
 instructions of those calls alone (repeatable under load).
 """
