@@ -9,9 +9,12 @@ Two measurements, each for the tree on ``PYTHONPATH`` (run once per tree, altern
 cache on; :func:`cache_cost.simulate`) in this process with each of ``ContextCache``'s
 ``predict`` calls wrapped in ``perf_counter_ns`` (about 0.05 us of overhead per call), split by
 the running task's kind and by whether the answer was a fresh run-ahead or the last one shifted
-(trees without the shift report every call as fresh). ``states`` keeps clones of the live CSP
-policies at about 200 calls of the run's last two thirds and times a fresh prediction on each
-(the same running task every time, so never a shift): the fixed cost of a call. Run under
+(trees without the shift report every call as fresh). Every call goes through ``itertools.starmap``,
+so under ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=starmap_next`` the
+instructions counted are the predictor's alone (the slope between two sizes: its cost per task).
+``states`` keeps clones of the live CSP policies at about 200 calls of the run's last two thirds and
+times a fresh prediction on each (the same running task every time, so never a shift): the fixed cost
+of a call. Run under
 ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=starmap_next`` it counts the
 instructions of those calls alone (repeatable under load).
 """
@@ -60,7 +63,8 @@ def calls(subnets: int, stages: int) -> dict[str, Any]:
 
     def timed(policy: StagePolicy, horizon: int, end: int, running: Task | None = None) -> list[Task]:
         before, start = fresh[0], clock()
-        answer = original(policy, horizon, end, running=running)
+        # through starmap: under callgrind --toggle-collect=starmap_next only the predictor is counted
+        answer = next(starmap(original, ((policy, horizon, end, running),)))
         elapsed = clock() - start
         shifted = fresh[0] == before and hasattr(predictor.CSPLookahead, "_run_ahead")
         times[("shifted " if shifted else "fresh ") + (running[0].value if running else "-")].append(elapsed)

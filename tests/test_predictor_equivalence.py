@@ -230,3 +230,22 @@ def test_a_wrong_shift_is_caught(monkeypatch: pytest.MonkeyPatch, plant: Callabl
         except AssertionError:
             caught += 1
     assert caught > 0
+
+
+def test_short_arrival_tails_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arrivals-only tail with fewer ready arrivals than the horizon asks (every other arrival blocked to
+    the stream's end): the run-ahead takes them all at once and goes on (releases, the end). Counted, and
+    every answer compared with the copy."""
+    short = [0]
+    original = CSPLookahead._ready_arrivals
+
+    def counted(self: CSPLookahead, need: int, *args: object) -> list[int]:
+        tail = original(self, need, *args)  # type: ignore[arg-type]
+        short[0] += len(tail) < need
+        return tail
+
+    monkeypatch.setattr(CSPLookahead, "_ready_arrivals", counted)
+    for candidates, stages in ((2, 6), (3, 9), (6, 12)):
+        plan = make_plan(blocks=2 * stages, candidates=candidates, stages=stages, seed=stages)
+        assert _compare(plan, "csp", 50, (3, 8, 12), seed=stages, options=PolicyOptions(max_inflight=stages)) > 0
+    assert short[0] > 100, short

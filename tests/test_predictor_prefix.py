@@ -39,14 +39,17 @@ def _random_pipeline(seed: int) -> tuple[PipelinePlan, int, PolicyOptions]:
 def test_a_short_run_ahead_is_the_start_of_a_long_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """At every task of eight random pipelines and a deep one, both stream ends: the copy's and the
     lookahead's runs of each horizon are the first tasks of the copy's run of :data:`LONGEST`."""
-    tails: dict[int, int] = {}  # horizon asked of the run-ahead -> arrivals-only tails it took
+    tails: dict[int, int] = {}  # horizon asked of the run-ahead -> arrivals-only tails it took in full
+    short = [0]  # tails with fewer ready arrivals than asked: the run-ahead went on after them
     asked = [0]
     original = CSPLookahead._ready_arrivals
 
-    def counted(self: CSPLookahead, need: int, *args: object) -> list[int] | None:
+    def counted(self: CSPLookahead, need: int, *args: object) -> list[int]:
         tail = original(self, need, *args)  # type: ignore[arg-type]
-        if tail is not None:
+        if len(tail) == need:
             tails[asked[0]] = tails.get(asked[0], 0) + 1
+        else:
+            short[0] += 1
         return tail
 
     monkeypatch.setattr(CSPLookahead, "_ready_arrivals", counted)
@@ -76,3 +79,4 @@ def test_a_short_run_ahead_is_the_start_of_a_long_one(monkeypatch: pytest.Monkey
     # the tail was taken at short horizons where the longest run went step by step over the same tasks
     assert sum(tails.get(h, 0) for h in HORIZONS) > 0
     assert sum(tails.get(h, 0) for h in HORIZONS) > tails.get(LONGEST, 0)
+    assert short[0] > 0  # and tails that ran short of ready arrivals, the rest of the run compared too

@@ -202,6 +202,7 @@ class CSPLookahead:
         start = min(min(unwritten, default=registered), registered)  # every subnet below it has written
         self._next = start  # subnets [start, _next) are registered here
         self._last_user: dict[int, int] = {}  # layer -> its last user registered here
+        self._low_user: int | None = None  # the lowest of them, kept until the next registration (_covered)
         self.preds: dict[int, tuple[int, ...]] = {}  # subnet -> its distinct predecessors on this stage
         # The live writes, as far as the last prediction saw them: a subnet below _synced and not in
         # _tracked has written. For each registered subnet, the predecessors not known to have written:
@@ -265,6 +266,7 @@ class CSPLookahead:
             y += 1
         self._until_prune -= y - self._next
         self._next = y
+        self._low_user = None  # the lowest last user, for _covered: found again when next asked
 
     def _sync(self, unwritten: dict[int, int], registered: int) -> None:
         """Catch up with the live writes: a registered subnet has written once it left ``unwritten``.
@@ -274,9 +276,11 @@ class CSPLookahead:
         to do, and :meth:`_run_ahead` does not call it."""
         self._seen = (registered, len(unwritten))
         tracked = self._tracked
-        for subnet in [x for x in tracked if x not in unwritten]:
-            tracked.remove(subnet)
-            self._has_written(subnet)
+        written = tracked.difference(unwritten)  # in C: tracked holds every unwritten subnet in flight here
+        if written:
+            tracked -= written
+            for subnet in written:  # in any order: each write lowers counts, the ready ones are inserted sorted
+                self._has_written(subnet)
         for subnet in range(self._synced, registered):
             if subnet in unwritten:
                 tracked.add(subnet)
@@ -451,17 +455,28 @@ class CSPLookahead:
             if arrival and not is_first and len(pending) + horizon - len(out) <= depth:
                 # Only arrivals can come (no backward is released before the horizon): read them.
                 assert next_arrival is not None
-                tail = self._ready_arrivals(horizon - len(out), next_arrival, written, unwritten, registered, ahead)
-                if tail is not None:
-                    forwards, at = self._forwards, len(out)
-                    out += [forwards[subnet] for subnet in tail]
-                    for subnet in tail:  # each after one arrival, or more when blocked ones came between
-                        heard[at] = 1 if subnet == next_arrival else 2
-                        at += 1
-                        # the next arrival; with none overtaken, ``y + 1`` without a call (past the end only
-                        # after the tail's last, which nothing is compared with)
-                        next_arrival = _arrival_from(subnet + 1, end, ahead) if ahead else subnet + 1
+                need = horizon - len(out)
+                tail = self._ready_arrivals(need, next_arrival, written, unwritten, registered, ahead)
+                forwards, at = self._forwards, len(out)
+                out += [forwards[subnet] for subnet in tail]
+                for subnet in tail:  # each after one arrival, or more when blocked ones came between
+                    heard[at] = 1 if subnet == next_arrival else 2
+                    at += 1
+                    # the next arrival; with none overtaken, ``y + 1`` without a call (past the end only
+                    # after a full tail's last, which nothing is compared with)
+                    next_arrival = _arrival_from(subnet + 1, end, ahead) if ahead else subnet + 1
+                if len(tail) == need:
                     break
+                # Fewer: every arrival left to the stream's end is blocked. The step-by-step rules take the
+                # ready ones above one at a time, then find none (blocked arrivals assumed, no task), and
+                # go on with no arrival to come: releases, or the end.
+                pending += tail  # their backwards come from downstream
+                if tail:
+                    next_arrival = _arrival_from(tail[-1] + 1, end, ahead)
+                if next_arrival is not None:
+                    heard[at] = heard.get(at, 0) + 2
+                next_arrival, hi = None, end
+                continue
             elif pending and (len(pending) >= depth or not arrival):
                 lowest = min(pending)
                 pending.remove(lowest)
@@ -527,7 +542,9 @@ class CSPLookahead:
         last_user = self._last_user
         if not last_user or len(last_user) < self._layer_count:
             return False
-        low = min(last_user.values())
+        low = self._low_user
+        if low is None:  # registering moved a last user since the last look
+            low = self._low_user = min(last_user.values())
         return low >= registered and (not written or low > max(written))
 
     def _register_followers(self, subnet: int, limit: int) -> None:
@@ -540,11 +557,18 @@ class CSPLookahead:
             self.register_through(min(self._next + self._AHEAD, limit - 1))
 
     def _ready_arrivals(self, need: int, first: int, written: set[int], unwritten: dict[int, int],
-                        registered: int, ahead: set[int]) -> list[int] | None:
+                        registered: int, ahead: set[int]) -> list[int]:
         """What :meth:`_run_ahead` takes when only arrivals can come, from the registrations kept between
         predictions: the first ``need`` arrivals from ``first`` on whose predecessors have all written,
-        live or in the run-ahead (``written``). None when the stream ends first (:meth:`_run_ahead` then
-        takes the ready ones one at a time, :meth:`_next_ready`)."""
+        live or in the run-ahead (``written``), or all of them when fewer come before the stream's end.
+
+        Why all of them then. Once only arrivals can come, the run-ahead writes nothing more until a
+        backward is released, and none is while an arrival can come (``pending`` stays below the depth:
+        the caller's condition): the step-by-step rules take the lowest ready arrival each time, so
+        with ``written`` fixed, the ready ones in id order, until none is left to the stream's end. When
+        every layer here has a registered user that has written neither live nor in the run-ahead
+        (:meth:`_covered`), no subnet past the registered ones can be ready, so the registered ones,
+        read here, are all of them."""
         zeros, end = self._zeros, self._end  # ``ahead``: arrived already, not an arrival
         if self._next <= first:
             self.register_through(min(first + self._AHEAD, end - 1))
@@ -554,15 +578,21 @@ class CSPLookahead:
             if len(tail) >= need and tail[need - 1] < end:
                 break
             if self._next >= end or self._covered(written, registered):
-                return None
+                tail = [y for y in tail if y < end]  # fewer than need: every live-ready one
+                break
             self.register_through(min(self._next + self._AHEAD, end - 1))
         if written:  # followers whose every blocker the run-ahead writes
-            extra: dict[int, int] = {}
-            for writer in written:
-                for follower in self._followers.get(writer, ()):
-                    extra[follower] = extra.get(follower, 0) + 1
             blocking = self._blocking
-            more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
+            if len(written) == 1:  # most often: the update after the running backward
+                (writer,) = written
+                more = [y for y in self._followers.get(writer, ())
+                        if blocking.get(y) == 1 and first <= y < end and y not in ahead]
+            else:
+                extra: dict[int, int] = {}
+                for writer in written:
+                    for follower in self._followers.get(writer, ()):
+                        extra[follower] = extra.get(follower, 0) + 1
+                more = [y for y, n in extra.items() if blocking.get(y) == n and first <= y < end and y not in ahead]
             if more:
                 tail = sorted(tail + more)
         return tail[:need]
