@@ -7,6 +7,7 @@ Four measurements, each for the tree on ``PYTHONPATH`` (run once per tree to com
     python benchmarks/cache_cost.py replay --log FILE --repeats 6  # the DeviceCache alone
     python benchmarks/cache_cost.py residency --subnets 300        # the cache path without the predictor
     python benchmarks/cache_cost.py residency --subnets 300 --split  # ... and where its time goes
+    python benchmarks/cache_cost.py levels --subnets 2000 --repeats 3  # the whole command, layer by layer
 
 ``window`` runs ``naspipe simulate`` (toy, 126 blocks x 24 candidates, csp, uniform costs,
 ``cache.enabled=true``) in this process and takes the process's CPU clock every 192,000
@@ -17,7 +18,11 @@ it runs in, checks every answer equal to the recorded one and reports the CPU se
 calls alone (median over repeats): the cache's own cost, without the predictor or the engine.
 ``residency`` records one run's ``ContextCache`` calls and predictions and replays the calls on fresh
 residencies, ``predict`` answering what it answered: the residency and the DeviceCache without the
-predictor (what docs/cache-performance.md calls the cache's share). Timings vary with the machine's
+predictor (what docs/cache-performance.md calls the cache's share). ``levels`` runs the whole command in
+fresh processes with ``ContextCache.acquire`` cut down to each of :data:`LEVELS` in turn (alternating, the
+median CPU seconds of each): what the engine costs with a residency that does nothing, and what the
+prediction, the upcoming tasks' layer lists and the cache each add on top. Only ``full`` is the real run
+(the others never wait for a copy, so their schedules differ a little). Timings vary with the machine's
 load: compare trees alternately, in one sitting.
 """
 
@@ -28,6 +33,7 @@ import gc
 import json
 import pickle
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -314,9 +320,52 @@ def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     return lambda: method(*args, **kwargs)
 
 
+LEVELS = ("none", "predict", "layers", "full")
+"""How much of ``ContextCache.acquire`` a ``levels`` run keeps: nothing (the task starts now), the prediction,
+the prediction's layer lists (with the update's ``forget``), or all of it (the cache's moves and waits)."""
+
+
+def _cut_acquire(level: str) -> None:
+    """Replace ``ContextCache.acquire`` by the part of it that ``level`` keeps (:data:`LEVELS`)."""
+    from naspipe.scheduling.predictor import predict
+    from naspipe.scheduling.task import UPDATE
+
+    def cut(self: residency.ContextCache, task: Any, layers: Any, now: float) -> float:
+        if level == "none":
+            return now
+        tasks = predict(self.policy, self.horizon, self.end, running=task)
+        if level == "layers":
+            list(map(self._layers_of, tasks))
+            if task[0] is UPDATE:
+                self._uses.forget(task)
+        return now
+
+    if level != "full":
+        residency.ContextCache.acquire = cut  # type: ignore[method-assign]
+
+
+def levels(subnets: int, stages: int, repeats: int) -> dict[str, Any]:
+    """CPU seconds of the whole command at each of :data:`LEVELS`, each in a fresh process, levels alternating."""
+    seconds: dict[str, list[float]] = {level: [] for level in LEVELS}
+    for _ in range(repeats):
+        for level in LEVELS:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = subprocess.run([sys.executable, __file__, "_level", level, "--subnets", str(subnets),
+                                      "--stages", str(stages), "--log", str(Path(tmp) / "run")],
+                                     check=True, capture_output=True, text=True).stdout
+            seconds[level].append(float(out.split()[-1]))
+    median = {level: statistics.median(times) for level, times in seconds.items()}
+    tasks = 3 * subnets * stages
+    added = {f"{level} - {below}": round((median[level] - median[below]) / tasks * 1e6, 2)
+             for below, level in zip(LEVELS, LEVELS[1:], strict=False)}
+    return {"tree": str(Path(residency.__file__).parents[2]), "tasks": tasks, "cpu_s": seconds,
+            "median_s": median, "added_us_per_task": added}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("window", "record", "replay", "residency"))
+    parser.add_argument("what", choices=("window", "record", "replay", "residency", "levels", "_level"))
+    parser.add_argument("level", nargs="?", choices=LEVELS, help="_level (internal: one run of levels)")
     parser.add_argument("--subnets", type=int, default=3000)
     parser.add_argument("--stages", type=int, default=64)
     parser.add_argument("--log", type=Path, help="record: where to write the calls; replay: the calls to make")
@@ -326,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "window":
         print(json.dumps(window(args.subnets, args.stages)))
+    elif args.what == "levels":
+        print(json.dumps(levels(args.subnets, args.stages, args.repeats)))
+    elif args.what == "_level":
+        _cut_acquire(args.level)
+        start = time.process_time()
+        simulate(args.subnets, args.stages, args.log)
+        print(time.process_time() - start)
     elif args.what == "residency":
         print(json.dumps(residency_replay(args.subnets, args.stages, args.repeats, args.split)))
     elif args.log is None:
