@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
+from naspipe.config import CacheConfig
+from naspipe.scheduling import PolicyOptions
 from naspipe.scheduling.predictor import task_layers
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
-from naspipe.sim.residency import _TaskLayers
+from naspipe.sim import run
+from naspipe.sim.costs import LayerInfo, analytic_costs
+from naspipe.sim.hardware import load_hardware
+from naspipe.sim.residency import ContextCache, _TaskLayers
+from naspipe.sim.run import SimSetup, simulate_run
 from tests.conftest import make_plan
 
 
@@ -23,20 +33,10 @@ def test_task_layers_memo_answers_as_task_layers_and_forgets_a_subnet_at_its_upd
     assert differ
 
 
-def test_copies_that_landed_are_arrived_in_the_device_cache_at_every_task(monkeypatch) -> None:
+def test_copies_that_landed_are_arrived_in_the_device_cache_at_every_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow copies (analytic costs): a task starts while some copies have landed and the last one has not, so
     :meth:`ContextCache._land` lands only those due. At every task, each layer the device cache holds is
     resident (arrived) exactly when its copy is no longer on its way, and every copy due has landed."""
-    from dataclasses import replace
-
-    from naspipe.config import CacheConfig
-    from naspipe.scheduling import PolicyOptions
-    from naspipe.sim import run
-    from naspipe.sim.costs import LayerInfo, analytic_costs
-    from naspipe.sim.hardware import load_hardware
-    from naspipe.sim.residency import ContextCache
-    from naspipe.sim.run import SimSetup, simulate_run
-
     partial = [0]
 
     class Checked(ContextCache):

@@ -100,7 +100,6 @@ class DeviceCache:
         self._dirty: set[int] = set()
         self._last_use: dict[int, int] = {}
         self._tick = 0
-        self._missing = False  # the last _use's task has a layer not held
         self.used = 0
 
         for layer in resident:
@@ -129,29 +128,30 @@ class DeviceCache:
 
     # -- events -------------------------------------------------------------
     def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
-        wanted = self._use(layers, pin=True)
-        return self._fetch(wanted, self._missing, upcoming, (), ())
+        wanted, missing = self._use(layers, pin=True)
+        return self._fetch(wanted, missing, upcoming, (), ())
 
     def acquire_and_prefetch(self, layers: Iterable[int], upcoming: Upcoming) -> list[Move]:
         """:meth:`acquire` then :meth:`prefetch`: one ranking of the victims serves both (nothing between the
         two calls changes it: the task's layers are pinned before either places a layer)."""
-        wanted = self._use(layers, pin=True)
-        return self._fetch(wanted, self._missing, upcoming, (), upcoming)
+        wanted, missing = self._use(layers, pin=True)
+        return self._fetch(wanted, missing, upcoming, (), upcoming)
 
     def acquire_prefetch_release(self, layers: Iterable[int], upcoming: Upcoming, dirty: bool = False) -> list[Move]:
         """:meth:`acquire_and_prefetch` then :meth:`release`, for a caller that makes no other call on the cache
         between a task's start and its end (the simulator: a stage's task is acquired and released in one step
         of its loop). The same moves, stats and state; the task's layers are kept from eviction for the call
         without pinning and unpinning them."""
-        wanted = self._use(layers, pin=False)
-        moves = self._fetch(wanted, self._missing, upcoming, wanted, upcoming)
+        wanted, missing = self._use(layers, pin=False)
+        moves = self._fetch(wanted, missing, upcoming, wanted, upcoming)
         if dirty:
             self._dirty.update(wanted)
         return moves
 
-    def _use(self, layers: Iterable[int], pin: bool) -> dict[int, int]:
+    def _use(self, layers: Iterable[int], pin: bool) -> tuple[dict[int, int], bool]:
         """A task starts: its distinct layers (in order), each counted as a hit, late or a miss, made the most
-        recently used, and pinned when ``pin``."""
+        recently used, and pinned when ``pin``; and whether one of them is not held (:meth:`_fetch` places it:
+        from the count here, as an ``issuperset`` there would build a set)."""
         tick = self._tick + 1
         wanted = dict.fromkeys(layers, tick)
         if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
@@ -159,8 +159,7 @@ class DeviceCache:
         self._tick = tick
         self._last_use.update(wanted)
         # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
-        hits = len(self._resident.intersection(wanted))
-        self._missing = hits < len(wanted)  # some layer to place: for _fetch (an issuperset would build a set)
+        held = hits = len(self._resident.intersection(wanted))
         stats = self.stats
         if self._in_flight:
             late = len(self._in_flight.intersection(wanted))
@@ -172,7 +171,7 @@ class DeviceCache:
                 pins[layer] = pins.get(layer, 0) + 1
         stats.uses += len(wanted)
         stats.hits += hits
-        return wanted
+        return wanted, held < len(wanted)
 
     def release(self, layers: Iterable[int], dirty: bool = False) -> None:
         for layer in dict.fromkeys(layers):
