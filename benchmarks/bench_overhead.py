@@ -10,7 +10,7 @@ no recomputation, no logs, no trace, no checkpoint.
 Each repeat runs, per space and in an order that alternates between repeats, the plain loop
 and the whole command a user runs::
 
-    naspipe train --space S --system sequential --stages 1 --steps N --set recompute=false --out DIR
+    naspipe train --space S --system sequential --stages 1 --steps N --set recompute=false --set device=cpu --out DIR
 
 and the same with ``recompute=true`` (NASPipe's default). Each is its own process; the
 figures per run are
@@ -173,7 +173,8 @@ def run_naspipe(space: str, steps: int, recompute: bool, out: Path) -> dict[str,
     """``naspipe train`` exactly as a user runs it; the rate and loop CPU from its metrics.json."""
     command = [sys.executable, "-m", "naspipe", "train", "--space", space, "--system", "sequential",
                "--stages", "1", "--steps", str(steps), "--set", f"recompute={str(recompute).lower()}",
-               "--out", str(out), "--overwrite"]  # stderr is a pipe: the progress bar is off (progress=auto)
+               "--set", "device=cpu", "--out", str(out), "--overwrite"]
+    # stderr is a pipe: the progress bar is off (progress=auto); on the CPU, as the plain loop
     wall, cpu = _child(command)
     metrics = json.loads((out / "metrics.json").read_text())
     with open(out / "losses.csv", encoding="utf-8") as f:
@@ -199,14 +200,16 @@ def in_process(space: str, steps: int, repeats: int, tmp: Path) -> list[float]:
             out = tmp / f"{space}-inproc-{repeat}"
             with open(os.devnull, "w", encoding="utf-8") as null, contextlib.redirect_stdout(null):
                 naspipe_main(["train", "--space", space, "--system", "sequential", "--stages", "1", "--steps",
-                              str(steps), "--set", "recompute=false", "--set", "progress=off", "--out", str(out)])
+                              str(steps), "--set", "recompute=false", "--set", "device=cpu", "--set", "progress=off",
+                              "--out", str(out)])
             metrics = json.loads((out / "metrics.json").read_text())
             cpu[kind] = sum(e["loop_cpu_s"] for e in metrics["stage_extra"])
         ratios.append(cpu["plain"] / cpu["naspipe"])
     return ratios
 
 
-TRAIN_ARGS = ("--system", "sequential", "--stages", "1", "--set", "recompute=false")  # the command compared
+# the command compared; on the CPU as the plain loop is (``device=auto`` would pick a GPU where there is one)
+TRAIN_ARGS = ("--system", "sequential", "--stages", "1", "--set", "recompute=false", "--set", "device=cpu")
 
 
 def naspipe_config(space: str, steps: int) -> Config:

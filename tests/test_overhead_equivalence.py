@@ -26,7 +26,8 @@ def bench() -> ModuleType:
 
 
 def naspipe_run(tmp_path: Path, space: str, steps: int, recompute: bool) -> tuple[list[str], dict[int, str]]:
-    config = load_config(None, [f"space.name={space}", f"recompute={str(recompute).lower()}", "progress=off"],
+    config = load_config(None, [f"space.name={space}", f"recompute={str(recompute).lower()}", "progress=off",
+                                "device=cpu"],  # the plain loop's device, also where a GPU is
                          {"system": "sequential", "stages": 1, "steps": steps})
     out = tmp_path / f"{space}-{recompute}"
     train(config, out)
