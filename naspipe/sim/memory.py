@@ -48,7 +48,7 @@ import numpy as np
 from naspipe.config import OptimizerConfig
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
-from naspipe.sim.costs import FLOAT_BYTES, CostModel
+from naspipe.sim.costs import FLOAT_BYTES, CostModel, plain_sum
 from naspipe.sim.layout import stage_layer_sets
 from naspipe.sim.tables import BLOCK, CostTable
 
@@ -108,9 +108,9 @@ def stage_holdings(plan: PipelinePlan, costs: CostModel, subnets: int) -> list[S
             params=sum(costs.param_bytes(lid) for lid in layers),
             trainable=sum(costs.param_bytes(lid) for lid in layers if structure.is_trainable(lid)),
             # a subnet with no trainable layer here shares 0 (sum of nothing); max keeps the first of equals
-            share_mean=sum(share) / n, share_max=0 if share_max == 0 and empty[k] else share_max,
-            acts_mean=sum(act) / n, acts_max=max(act),
-            input_mean=sum(inputs[:, k].tolist()) / n if k else 0.0))
+            share_mean=plain_sum(share) / n, share_max=0 if share_max == 0 and empty[k] else share_max,
+            acts_mean=plain_sum(act) / n, acts_max=max(act),
+            input_mean=plain_sum(inputs[:, k].tolist()) / n if k else 0.0))
     return out
 
 

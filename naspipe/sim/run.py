@@ -20,7 +20,7 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions
 from naspipe.sim.beside import Beside
 from naspipe.sim.bound import longest_path, lower_bound
-from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
+from naspipe.sim.costs import CostModel, at_batch, plain_sum, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import MemoryReport, memory_report
 from naspipe.sim.residency import (
@@ -139,14 +139,14 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: MemoryRepo
         "makespan_s": makespan,
         "throughput_samples_s": n * setup.costs.batch / makespan,
         "subnets_per_hour": n / makespan * 3600.0,
-        "bubble_ratio": 1.0 - sum(busy) / (d * makespan),
+        "bubble_ratio": 1.0 - plain_sum(busy) / (d * makespan),
         "bubble_ratio_per_stage": [1.0 - b / makespan for b in busy],
-        "exec_s": sum(busy) / max(n, 1),
+        "exec_s": plain_sum(busy) / max(n, 1),
         "seconds_per_stage": [{c: s.seconds[c] for c in CATEGORIES} for s in result.stages],
-        "swap_bytes": sum(c.stats.in_bytes + c.stats.out_bytes for c in copies),
-        "swap_wait_s": sum(c.stats.wait_s for c in copies),
+        "swap_bytes": plain_sum(c.stats.in_bytes + c.stats.out_bytes for c in copies),
+        "swap_wait_s": plain_sum(c.stats.wait_s for c in copies),
         "swap_fetches": float(sum(c.stats.misses for c in copies)),
-        "mirror_bytes": sum(s.mirror_bytes for s in result.stages),
+        "mirror_bytes": plain_sum(s.mirror_bytes for s in result.stages),
         "recompute_effective": recompute,
         "stage_extra": [{"tasks": s.tasks, "sent_bytes": s.sent_bytes, "mirror_bytes": s.mirror_bytes,
                          "trace_dropped": s.trace_dropped,
