@@ -3,7 +3,7 @@
 Python 3.12 made the built-in ``sum`` of floats compensated (Neumaier): its totals can differ in the
 last bit from the left-to-right addition of 3.11. The golden dump was written on 3.11, and on the
 GPU machine (Python 3.12) three of its sampled configurations differed in ``exec_s`` and
-``swap_wait_s`` in the last bit. The simulator adds floats with :func:`naspipe.sim.costs.plain_sum`
+``swap_wait_s`` in the last bit. The simulator adds floats with :func:`naspipe.floats.plain_sum`
 where a total reaches its outputs; this test runs a third of the golden grid with the
 built-in ``sum`` replaced by a compensated one (3.12's algorithm), so a new float ``sum`` that
 reaches an output fails here on any Python, not only on the machine that has the newer one.
@@ -72,3 +72,17 @@ def test_a_sample_of_the_golden_grid_is_the_same_with_a_compensated_sum(monkeypa
     got = g.run(sample, None)
     monkeypatch.setattr(builtins, "sum", _builtin_sum)
     assert g.check(reference(), got) == []
+
+
+def test_profiled_position_costs_are_the_same_with_a_compensated_sum(monkeypatch: pytest.MonkeyPatch):
+    """A block's cost is the mean of its candidates' (the partitioner's input): with costs whose
+    compensated total differs from the left-to-right one, the means do not change with ``sum``."""
+    from naspipe.profile.costs import position_means
+    from naspipe.space import make_shape
+
+    structure = make_shape("toy").structure
+    costs = [(0.1, 0.2, 0.3)[lid % 3] for lid in range(structure.num_layers)]  # 0.1 + 0.2 + 0.3: the totals differ
+    assert compensated_sum([0.1, 0.2, 0.3]) != 0.1 + 0.2 + 0.3
+    plain = position_means(structure, costs.__getitem__)
+    monkeypatch.setattr(builtins, "sum", compensated_sum)
+    assert position_means(structure, costs.__getitem__) == plain

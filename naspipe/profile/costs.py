@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from naspipe.errors import UsageError
+from naspipe.floats import plain_sum
 from naspipe.profile.rows import ProfileRow
 from naspipe.space.structure import SpaceStructure
 
@@ -35,7 +36,7 @@ def position_means(structure: SpaceStructure, layer_cost: Callable[[int], float]
     means = []
     for position in range(structure.num_positions):
         ids = position_layer_ids(structure, position)
-        means.append(sum(layer_cost(lid) for lid in ids) / len(ids))
+        means.append(plain_sum(layer_cost(lid) for lid in ids) / len(ids))  # the same bits on 3.12
     return means
 
 
@@ -70,5 +71,5 @@ def layer_costs_from_profile(space: SpaceShape, rows: Sequence[ProfileRow]) -> l
             if not match:
                 raise UsageError(f"profile has no row for op {op!r} at position {position} of space {space.name!r}")
             values.append(match[0])
-        costs.append(sum(values) / len(values))
+        costs.append(plain_sum(values) / len(values))
     return costs

@@ -29,10 +29,11 @@ is ordinary autograd through the recorded graph (measured: no extra cost).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from naspipe.errors import UsageError
+from naspipe.floats import plain_sum
 from naspipe.profile.rows import ProfileRow
 from naspipe.sim.hardware import Hardware
 from naspipe.space.shape import FLOAT32_BYTES
@@ -139,20 +140,6 @@ def profile_costs(
 def with_weight_stash(costs: CostModel, stash: bool) -> CostModel:
     """The model for a system that does (or does not) stash weights; uniform costs ignore it."""
     return costs if costs.per_task or costs.stash_weights == stash else replace(costs, stash_weights=stash)
-
-
-def plain_sum(values: Iterable[float]) -> float:
-    """Left-to-right IEEE addition from 0.0, which is what ``sum`` does up to Python 3.11.
-
-    Python 3.12's ``sum`` compensates rounding (Neumaier), so its totals can differ in the last
-    bit from the cost tables' position-by-position accumulation (:mod:`naspipe.sim.tables`),
-    and a simulated schedule would depend on the Python version. Seen on 3.12: 1.1140724946695095e-04
-    against 1.1140724946695097e-04.
-    """
-    total = 0.0
-    for value in values:
-        total += value
-    return total
 
 
 def stash_s(costs: CostModel, layers: tuple[int, ...]) -> float:

@@ -46,9 +46,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from naspipe.config import OptimizerConfig
+from naspipe.floats import plain_sum
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
-from naspipe.sim.costs import FLOAT_BYTES, CostModel, plain_sum
+from naspipe.sim.costs import FLOAT_BYTES, CostModel
 from naspipe.sim.layout import stage_layer_sets
 from naspipe.sim.tables import BLOCK, CostTable
 

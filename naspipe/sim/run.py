@@ -14,13 +14,14 @@ from typing import Any
 
 from naspipe import systems
 from naspipe.config import CacheConfig
+from naspipe.floats import plain_sum
 from naspipe.runplan import rules
 from naspipe.runplan.rules import effective_recompute
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions
 from naspipe.sim.beside import Beside
 from naspipe.sim.bound import longest_path, lower_bound
-from naspipe.sim.costs import CostModel, at_batch, plain_sum, with_weight_stash
+from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import MemoryReport, memory_report
 from naspipe.sim.residency import (
