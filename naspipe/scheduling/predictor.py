@@ -45,14 +45,6 @@ from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task, new_task
 from naspipe.space.structure import SpaceStructure
 
-# A run-ahead's state at a step (:meth:`CSPLookahead._run_ahead`'s ``kept``: where it first released a
-# backward, before the release, and where it stopped): the position, the ready updates, backwards and
-# forwards (heaps), the waiting forwards, the awaited backwards, the subnets it wrote, admitted and finished,
-# the next arrival, the arrivals' range [lo, hi), the messages assumed at that position so far, and the
-# position of the run's last release (-1: none).
-_State = tuple[int, list[int], list[int], list[int], set[int], list[int], set[int], int, int, int | None, int, int,
-               int, int]
-
 
 def task_layers(plan: PipelinePlan, task: Task) -> tuple[int, ...]:
     """The layers ``task`` touches on its stage (an update touches only trainable ones)."""
@@ -232,8 +224,6 @@ class CSPLookahead:
         self._heard: dict[int, int] = {}  # position in _answer -> messages assumed just before it (_run_ahead)
         self._messages, self._answer_end = -1, -1
         self.reused = 0  # answers given by shifting the last one (a count for tests and benchmarks)
-        self.continued = 0  # answers given by resuming the last one after an unforeseen gradient (_continue)
-        self._kept: list[_State] = []  # the last run-ahead's states at its first release (if any) and its end
         bounds = policy.plan.partition.bounds
         per_position = _versioned_per_position(policy.plan.structure)  # the versioned layers any subnet can run here:
         self._layer_count = sum(per_position[bounds[self.stage]:bounds[self.stage + 1]])
@@ -367,86 +357,15 @@ class CSPLookahead:
                         self._started, self._messages = i, messages
                         self.reused += 1
                         return answer[i:i + horizon]
-            elif self._kept and running[0] is BACKWARD and live.messages - self._messages == 1:
-                got = self._continue(live, horizon, end, running[1], i)
-                if got is not None:
-                    return got
         messages, longer = live.messages, horizon + self._SPARE
         heard_at: dict[int, int] = {}
-        kept: list[_State] = []
-        fresh = self._run_ahead(live, longer, end, running, heard_at, kept)
-        assert fresh is not None  # only a resumed run-ahead gives up
-        answer = self._answer = fresh
+        answer = self._answer = self._run_ahead(live, longer, end, running, heard_at)
         self._started, self._ran_out, self._messages, self._answer_end = 0, len(answer) < longer, messages, end
-        self._heard, self._kept = heard_at, kept
+        self._heard = heard_at
         return answer[:horizon]
 
-    def _continue(self, live: CSP, horizon: int, end: int, y: int, i: int) -> list[Task] | None:
-        """The answer when the stage runs ``B y`` where the kept run-ahead ``A`` expected ``A[i]`` and one
-        message came since the last call: ``U y``, ``A[i:r]`` and the run-ahead resumed from ``A``'s state at
-        its first release ``r`` (:attr:`_release`), as long as a fresh answer; None when that is not known
-        to be exact (the caller runs ahead afresh). Keeps the new answer as :meth:`answer` keeps a fresh one.
-
-        Why it is exact. ``A`` was made from the live state and shifted ``i`` times exactly since (the
-        argument of :meth:`answer`). Let ``S`` be the clone's state after completing the task the stage ran
-        at the last call, before the messages ``A`` assumed before ``A[i]``. The live state is ``S`` plus the
-        one message, then ``B y`` popped. The message is ``y``'s gradient: otherwise it was in ``S``, so with
-        no update ready (CSP pops updates first, the live stage popped ``B y``) ``y`` was the lowest ready
-        backward and ``A[i]`` would be ``B y``. So ``y`` is awaited in ``S``, and the clone's run from now is
-        ``B y`` completed, ``U y`` (the only ready update), then the run from ``S'``: ``S`` with ``y``
-        written, no longer awaited, and one more subnet finished. The run from ``S`` is ``A[i:]``.
-
-        Take ``A``'s run from ``S`` to the state ``R`` where it first releases a backward (position ``r >= i``;
-        the arrivals it assumed at ``r`` before the release included), and the same steps from ``S'``. Every
-        step reads: the ready queues, the awaited list (a release: when it is as long as the stages below,
-        or when no arrival can come; the arrivals-only tail: its length), the next arrival and on stage 0
-        the in-flight count (admitted minus finished), and the written subnets (whether a forward is ready).
-        (a) Readiness. A subnet ``z`` reads ``y``'s write only if ``y`` is one of its predecessors (a
-        follower of ``y``). ``A``'s run has ``y`` unwritten, so no follower of ``y`` ran in it; the followers
-        present are the waiting ones and the arrivals in ``[lo, hi)`` not arrived live. If none of them is
-        ready at ``R`` with ``y`` written, none was at an earlier step (the written set only grows along a
-        run), and ``y``'s write changes no readiness read before ``R``. Writing ``y`` at ``R`` tests exactly
-        that (:meth:`_run_ahead`'s ``write`` pushes every such follower that is ready): the resume gives up
-        when it pushes one. (b) Before ``R`` ``A``'s run released nothing, so no step read the lowest
-        awaited subnet; one fewer awaited subnet cannot make a release condition true that was false, nor
-        one more finished subnet stop an admission (a step of ``A`` with no arrival to come and one awaited
-        backward would have released; with none, ``A`` ended). Where the shorter awaited list makes the
-        arrivals-only tail's condition true, the tail gives the step-by-step rules' tasks (its proof in
-        :meth:`_ready_arrivals`). So from ``S'`` the run takes ``A[i:r]`` and reaches ``R`` with ``y``
-        written, ``y`` not awaited, one more finished subnet: the state the resume starts from. Arrivals
-        since ``A`` was made: each was the one message before a shifted forward (its arrival, the lowest
-        not arrived), so the live arrival cursor is at or below ``R``'s and the subnets it passed ran or
-        wait in ``R``. (c) From there the resumed loop runs the clone's rules, as a fresh run-ahead does, so
-        the answer is ``predict_by_copy``'s; the messages it assumes before each task are ``A``'s for
-        ``A[i:r]`` (those at ``r`` before the release included) and the resumed loop's own after."""
-        kept = self._kept
-        state = kept[0]  # the first release, or the end when the run released nothing
-        if state[0] < i:  # the stage is past it: then the end, if no release came since
-            state = kept[-1]
-            if state[13] >= i:
-                return None
-        at = state[0]
-        if y not in state[5]:
-            return None
-        heard = self._heard
-        heard_at = {p - i + 1: h for p, h in heard.items() if i <= p < at} if heard else {}
-        if state[12]:
-            heard_at[at - i + 1] = state[12]
-        messages, longer = live.messages, horizon + self._SPARE
-        prefix = [new_task((UPDATE, y, self.stage)), *self._answer[i:at]]
-        again: list[_State] = []
-        got = self._run_ahead(live, longer, end, None, heard_at, again, (y, prefix, state))
-        if got is None:
-            self._kept = []  # consumed: its queues were changed
-            return None
-        self._answer, self._started, self._ran_out, self._messages = got, 0, len(got) < longer, messages
-        self._heard, self._kept = heard_at, again
-        self.continued += 1
-        return got[:horizon]
-
-    def _run_ahead(self, live: CSP, horizon: int, end: int, running: Task | None, heard: dict[int, int],
-                   kept: list[_State] | None = None,
-                   resume: tuple[int, list[Task], _State] | None = None) -> list[Task] | None:
+    def _run_ahead(self, live: CSP, horizon: int, end: int, running: Task | None,
+                   heard: dict[int, int]) -> list[Task]:
         """The next ``horizon`` tasks, run ahead from the live state (the rules of :class:`_Lookahead`, CSP's
         decisions inlined). ``heard`` receives, for each position ``i`` of the answer, how many messages
         the run-ahead assumed between the previous task (or ``running``) and task ``i`` (absent: none; 2
@@ -463,26 +382,19 @@ class CSPLookahead:
             self._sync(unwritten, registered)
         if self._until_prune <= 0:  # here, not while registering: a prediction holds indices into _zeros
             self._prune()
-        stage, depth, is_first, is_last, cap = self.stage, self.depth, self._is_first, self._is_last, self._cap
-        ahead = live._arrived_ahead  # arrived already: not an arrival (live.overtaken())
-        out: list[Task]
-        if resume is None:
-            ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
-            waiting = set(waiting_live)  # arrived before this prediction, still blocked
-            pending = list(live._awaiting_backward)  # live.awaiting_backward(), one call less
-            written: set[int] = set()  # subnets the run-ahead updates
-            admitted, finished = live.admitted, live.finished
-            if waiting and self._next <= max(waiting):
-                self.register_through(max(waiting))
-            # the first of live.pending_arrivals(end), without the generator (a third of a short prediction's cost)
-            next_arrival = _arrival_from(live._arrived_below, end, ahead)
-            lo = hi = end if next_arrival is None else next_arrival
-            out = []
-        else:  # from a kept run-ahead's state (_continue)
-            gradient, out, (_, ready_u, ready_b, ready_f, waiting, pending, written, admitted, finished, next_arrival,
-                            lo, hi, _, _) = resume
-        released = -1  # the position of the last release
+        ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
+        waiting = set(waiting_live)  # arrived before this prediction, still blocked
+        pending = list(live._awaiting_backward)  # live.awaiting_backward(), one call less
+        written: set[int] = set()  # subnets the run-ahead updates
+        stage, depth, is_first, is_last = self.stage, self.depth, self._is_first, self._is_last
+        admitted, finished, cap = live.admitted, live.finished, self._cap
+        if waiting and self._next <= max(waiting):
+            self.register_through(max(waiting))
         preds, followers = self.preds, self._followers
+        ahead = live._arrived_ahead  # arrived already: not an arrival (live.overtaken())
+        # the first of live.pending_arrivals(end), without the generator (a third of a short prediction's cost)
+        next_arrival = _arrival_from(live._arrived_below, end, ahead)
+        lo = hi = end if next_arrival is None else next_arrival
 
         def ready(subnet: int) -> bool:
             """All of ``subnet``'s predecessors here have written (live or in the run-ahead)."""
@@ -504,14 +416,7 @@ class CSPLookahead:
                 elif lo <= other < hi and other not in ahead and ready(other):  # an arrival left waiting
                     heappush(ready_f, other)
 
-        if resume is not None:
-            pending.remove(gradient)
-            freed = len(ready_f)
-            write(gradient)
-            finished += 1
-            if len(ready_f) > freed:  # the write freed a forward: the kept steps may not hold (_continue, a)
-                return None
-        elif running is not None:
+        if running is not None:
             kind, subnet, _ = running
             if kind is FORWARD:
                 if is_last:
@@ -524,6 +429,7 @@ class CSPLookahead:
             else:
                 write(subnet)
                 finished += 1
+        out: list[Task] = []
         while len(out) < horizon:
             if ready_u:
                 subnet = heappop(ready_u)
@@ -559,10 +465,7 @@ class CSPLookahead:
                     # the next arrival; with none overtaken, ``y + 1`` without a call (past the end only
                     # after a full tail's last, which nothing is compared with)
                     next_arrival = _arrival_from(subnet + 1, end, ahead) if ahead else subnet + 1
-                if len(tail) == need:  # the state as the step-by-step rules leave it (for kept, below)
-                    pending += tail
-                    next_arrival = _arrival_from(tail[-1] + 1, end, ahead)
-                    hi = end if next_arrival is None else next_arrival
+                if len(tail) == need:
                     break
                 # Fewer: every arrival left to the stream's end is blocked. The step-by-step rules take the
                 # ready ones above one at a time, then find none (blocked arrivals assumed, no task), and
@@ -575,10 +478,6 @@ class CSPLookahead:
                 next_arrival, hi = None, end
                 continue
             elif pending and (len(pending) >= depth or not arrival):
-                if kept is not None and released < 0:  # the first release: a state _continue resumes from
-                    kept.append((len(out), [], [], [], set(waiting), pending[:], set(written), admitted, finished,
-                                 next_arrival, lo, hi, heard.get(len(out), 0), -1))
-                released = len(out)
                 lowest = min(pending)
                 pending.remove(lowest)
                 heappush(ready_b, lowest)
@@ -608,9 +507,6 @@ class CSPLookahead:
             heappush(ready_f, found)
             next_arrival = _arrival_from(found + 1, end, ahead)
             hi = end if next_arrival is None else next_arrival
-        if kept is not None:  # where it stopped: the other state _continue resumes from
-            kept.append((len(out), ready_u, ready_b, ready_f, waiting, pending, written, admitted, finished, next_arrival,
-                         lo, hi, heard.get(len(out), 0), released))
         return out
 
     def _next_ready(self, first: int, end: int, ahead: set[int], written: set[int],
