@@ -1,0 +1,126 @@
+"""The messages a run-ahead says it assumed before each task are the copy's, position by position.
+
+:meth:`CSPLookahead.answer` shifts the kept run-ahead only when the messages that reached the policy since
+the last call are exactly those the run-ahead assumed before the task now running (``heard``: none, one,
+or 2 for "two or more"). A wrong entry there makes a later shift inexact, but only in rare interleavings
+(a forward overtaking a blocked one on its way here, then a write freeing the blocked one within the
+horizon), so comparing answers alone let planted bugs through (docs/cache-performance.md, seventh pass:
+an arrivals-only tail claiming one message everywhere, a short tail's "two or more" entry dropped).
+Here every entry is compared with what the reference clone (:class:`predictor._Lookahead`) assumed: it
+is run one task at a time and its policy's message count read between tasks. The tail positions preceded
+by blocked arrivals are counted, so the test cannot pass without checking them; planted bugs (mutated
+copies of :meth:`CSPLookahead._run_ahead`) are caught.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from collections.abc import Callable
+
+import pytest
+
+from naspipe.scheduling import PipelinePlan, predictor
+from naspipe.scheduling.driver import drive
+from naspipe.scheduling.policies import PolicyOptions, make_policy
+from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.predictor import CSPLookahead
+from naspipe.scheduling.task import Kind, Task
+from tests.conftest import irregular_durations, make_plan
+
+
+def assumed_messages(policy: StagePolicy, horizon: int, end: int, running: Task) -> tuple[list[Task], list[int]]:
+    """The copy's next ``horizon`` tasks and, for each, the messages it assumed since the previous one
+    (or since ``running``): the clone's message count read between single steps of its run (a run of
+    ``h`` tasks is the first ``h`` of a longer one, so stepping changes no decision). A forward completed
+    on the last stage brings its own gradient at once: that message counts before the next task, as in
+    :meth:`CSPLookahead._run_ahead`."""
+    look = predictor._Lookahead(policy, end, running)
+    own = int(running.kind is Kind.FORWARD and policy.is_last)  # the running forward's own gradient
+    before = look.sim.messages - own  # the count before the running task completed
+    tasks: list[Task] = []
+    counts: list[int] = []
+    while len(tasks) < horizon:
+        step = look.take(1)
+        if not step:
+            break
+        (task,) = step
+        own = int(task.kind is Kind.FORWARD and policy.is_last)  # bumped by take(1) after the task
+        popped = look.sim.messages - own  # the count when the task was popped
+        tasks.append(task)
+        counts.append(popped - before)
+        before = popped
+    return tasks, counts
+
+
+class Seen:
+    """Positions whose task followed one assumed message, and two or more (blocked arrivals first)."""
+
+    def __init__(self) -> None:
+        self.one = 0
+        self.several = 0
+
+
+def _check(plan: PipelinePlan, n: int, horizons: tuple[int, ...], seed: int, options: PolicyOptions,
+           seen: Seen) -> None:
+    """Before every task of a driven run, every horizon: the run-ahead's tasks and its ``heard`` entries
+    (capped at 2) equal the copy's tasks and assumed messages."""
+
+    def look(task: Task, policy: StagePolicy) -> None:
+        lookahead = predictor._fast_lookahead(policy)
+        assert lookahead is not None
+        for horizon in horizons:
+            want, counts = assumed_messages(policy, horizon, n, task)
+            heard: dict[int, int] = {}
+            got = lookahead._run_ahead(policy, horizon, n, task, heard)
+            assert got == want, (str(task), horizon)
+            claimed = [min(heard.get(i, 0), 2) for i in range(len(got))]
+            assert claimed == [min(c, 2) for c in counts], (str(task), horizon, claimed, counts)
+            seen.one += counts.count(1)
+            seen.several += sum(c >= 2 for c in counts)
+
+    policies = [make_policy("csp", k, plan, options) for k in range(plan.num_stages)]
+    drive(plan, "csp", n, options, duration=irregular_durations(seed), policies=policies, on_start=look)
+
+
+PIPELINES = ((2, 6, 50), (3, 9, 50), (4, 5, 40), (6, 12, 40))  # candidates, stages, subnets: deep and crowded
+
+
+def _check_all(seen: Seen) -> None:
+    for candidates, stages, n in PIPELINES:
+        plan = make_plan(blocks=2 * stages, candidates=candidates, stages=stages, seed=stages)
+        _check(plan, n, (3, 8, 12), stages, PolicyOptions(max_inflight=stages), seen)
+
+
+def test_heard_is_the_copys_assumed_messages() -> None:
+    seen = Seen()
+    _check_all(seen)
+    assert seen.one > 100 and seen.several > 100, (seen.one, seen.several)  # "two or more": the untested entries
+
+
+def _mutated(old: str, new: str) -> Callable[..., object]:
+    """A copy of :meth:`CSPLookahead._run_ahead` with one line of its source replaced (a planted bug)."""
+    source = textwrap.dedent(inspect.getsource(CSPLookahead._run_ahead))
+    assert source.count(old) == 1, old  # the line to mutate is still there, once
+    scope: dict[str, object] = {}
+    exec(compile(source.replace(old, new), "<planted bug>", "exec"), vars(predictor), scope)  # noqa: S102
+    function = scope["_run_ahead"]
+    assert callable(function)
+    return function
+
+
+PLANTS = {
+    # the arrivals-only tail claims one message at every position (blocked arrivals between ignored)
+    "tail says one": ("heard[at] = 1 if subnet == next_arrival else 2", "heard[at] = 1"),
+    # after a short tail, the blocked arrivals assumed before the next task are not recorded
+    "short tail's blocked arrivals dropped": ("heard[at] = heard.get(at, 0) + 2", "pass"),
+    # a run of blocked arrivals skipped in one step counts as one message
+    "skipped arrivals say one": ("(1 if found == next_arrival else 2)", "1"),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_a_wrong_heard_entry_is_caught(monkeypatch: pytest.MonkeyPatch, plant: str) -> None:
+    monkeypatch.setattr(CSPLookahead, "_run_ahead", _mutated(*PLANTS[plant]))
+    with pytest.raises(AssertionError):
+        _check_all(Seen())
