@@ -59,6 +59,7 @@ class Seen:
     def __init__(self) -> None:
         self.one = 0
         self.several = 0
+        self.lazy = 0  # run-aheads whose full tail's entries are computed on demand (predictor._heard_at)
 
 
 def _check(plan: PipelinePlan, n: int, horizons: tuple[int, ...], seed: int, options: PolicyOptions,
@@ -74,7 +75,8 @@ def _check(plan: PipelinePlan, n: int, horizons: tuple[int, ...], seed: int, opt
             heard: dict[int, int] = {}
             got = lookahead._run_ahead(policy, horizon, n, task, heard)
             assert got == want, (str(task), horizon)
-            claimed = [min(heard.get(i, 0), 2) for i in range(len(got))]
+            claimed = [min(predictor._heard_at(got, heard, i), 2) for i in range(len(got))]
+            seen.lazy += predictor._TAIL in heard
             assert claimed == [min(c, 2) for c in counts], (str(task), horizon, claimed, counts)
             seen.one += counts.count(1)
             seen.several += sum(c >= 2 for c in counts)
@@ -96,31 +98,39 @@ def test_heard_is_the_copys_assumed_messages() -> None:
     seen = Seen()
     _check_all(seen)
     assert seen.one > 100 and seen.several > 100, (seen.one, seen.several)  # "two or more": the untested entries
+    assert seen.lazy > 100, seen.lazy
 
 
-def _mutated(old: str, new: str) -> Callable[..., object]:
-    """A copy of :meth:`CSPLookahead._run_ahead` with one line of its source replaced (a planted bug)."""
-    source = textwrap.dedent(inspect.getsource(CSPLookahead._run_ahead))
+def _mutated(function: Callable[..., object], old: str, new: str) -> Callable[..., object]:
+    """A copy of ``function`` (of :mod:`naspipe.scheduling.predictor`) with one line of its source replaced
+    (a planted bug)."""
+    source = textwrap.dedent(inspect.getsource(function))
     assert source.count(old) == 1, old  # the line to mutate is still there, once
     scope: dict[str, object] = {}
     exec(compile(source.replace(old, new), "<planted bug>", "exec"), vars(predictor), scope)  # noqa: S102
-    function = scope["_run_ahead"]
-    assert callable(function)
-    return function
+    mutant = scope[function.__name__]
+    assert callable(mutant)
+    return mutant
 
 
 PLANTS = {
-    # the arrivals-only tail claims one message at every position (blocked arrivals between ignored)
-    "tail says one": ("heard[at] = 1 if subnet == next_arrival else 2", "heard[at] = 1"),
+    # an arrivals-only tail (one with forwards overtaken: its entries stored) claims one message everywhere
+    "tail says one": (CSPLookahead._run_ahead, "heard[at] = 1 if subnet == next_arrival else 2", "heard[at] = 1"),
+    # the same for a tail whose entries are computed on demand
+    "lazy tail says one": (predictor._heard_at, "return 1 if answer[i][1] == expected else 2", "return 1"),
+    # the tail's start not recorded: no message assumed anywhere in it
+    "lazy tail lost": (CSPLookahead._run_ahead, "heard[_TAIL], heard[_FIRST] = at, next_arrival", "pass"),
     # after a short tail, the blocked arrivals assumed before the next task are not recorded
-    "short tail's blocked arrivals dropped": ("heard[at] = heard.get(at, 0) + 2", "pass"),
+    "short tail's blocked arrivals dropped": (CSPLookahead._run_ahead, "heard[at] = heard.get(at, 0) + 2", "pass"),
     # a run of blocked arrivals skipped in one step counts as one message
-    "skipped arrivals say one": ("(1 if found == next_arrival else 2)", "1"),
+    "skipped arrivals say one": (CSPLookahead._run_ahead, "(1 if found == next_arrival else 2)", "1"),
 }
 
 
 @pytest.mark.parametrize("plant", sorted(PLANTS))
 def test_a_wrong_heard_entry_is_caught(monkeypatch: pytest.MonkeyPatch, plant: str) -> None:
-    monkeypatch.setattr(CSPLookahead, "_run_ahead", _mutated(*PLANTS[plant]))
+    function, old, new = PLANTS[plant]
+    owner = CSPLookahead if function.__name__ == "_run_ahead" else predictor
+    monkeypatch.setattr(owner, function.__name__, _mutated(function, old, new))
     with pytest.raises(AssertionError):
         _check_all(Seen())
