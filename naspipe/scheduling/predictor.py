@@ -68,7 +68,8 @@ def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = 
     which reads the live state instead of copying it (see it for why it is the same)."""
     if horizon <= 0:
         return []
-    fast = _fast_lookahead(policy)
+    entry = _FAST.get(id(policy))  # _fast_lookahead's found case, without its call (once per task)
+    fast = entry[1] if entry is not None and entry[0]() is policy else _fast_lookahead(policy)
     if fast is not None:
         return fast.answer(policy, horizon, end, running)  # type: ignore[arg-type]  # a CSP: supports() said so
     return _Lookahead(policy, end, running).take(horizon)
@@ -380,13 +381,13 @@ class CSPLookahead:
         (:meth:`_next_ready`), and a write looks only at its followers (none of which was ready
         before it), so a prediction's cost does not grow with what is left of the stream."""
         self._end = end
-        ready_u, ready_b, ready_f, waiting_live, unwritten, registered = live.lookahead_view()
+        unwritten, registered = live._blocked, live._registered  # live.lookahead_view() without the call
         if (registered, len(unwritten)) != self._seen:
             self._sync(unwritten, registered)
         if self._until_prune <= 0:  # here, not while registering: a prediction holds indices into _zeros
             self._prune()
-        ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
-        waiting = set(waiting_live)  # arrived before this prediction, still blocked
+        ready_u, ready_b, ready_f = live._ready_u[:], live._ready_b[:], live._ready_f[:]
+        waiting = set(live._waiting)  # arrived before this prediction, still blocked
         pending = list(live._awaiting_backward)  # live.awaiting_backward(), one call less
         written: set[int] = set()  # subnets the run-ahead updates
         stage, depth, is_first, is_last = self.stage, self.depth, self._is_first, self._is_last
@@ -396,7 +397,11 @@ class CSPLookahead:
         preds, followers = self.preds, self._followers
         ahead = live._arrived_ahead  # arrived already: not an arrival (live.overtaken())
         # the first of live.pending_arrivals(end), without the generator (a third of a short prediction's cost)
-        next_arrival = _arrival_from(live._arrived_below, end, ahead)
+        next_arrival: int | None = live._arrived_below
+        if ahead:
+            next_arrival = _arrival_from(live._arrived_below, end, ahead)
+        elif live._arrived_below >= end:
+            next_arrival = None
         lo = hi = end if next_arrival is None else next_arrival
 
         def ready(subnet: int) -> bool:
