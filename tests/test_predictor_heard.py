@@ -24,6 +24,7 @@ from naspipe.scheduling import PipelinePlan, predictor
 from naspipe.scheduling.driver import drive
 from naspipe.scheduling.policies import PolicyOptions, make_policy
 from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.predictor import CSPLookahead
 from naspipe.scheduling.task import Kind, Task
 from tests.conftest import irregular_durations, make_plan
@@ -69,7 +70,7 @@ def _check(plan: PipelinePlan, n: int, horizons: tuple[int, ...], seed: int, opt
 
     def look(task: Task, policy: StagePolicy) -> None:
         lookahead = predictor._fast_lookahead(policy)
-        assert lookahead is not None
+        assert lookahead is not None and isinstance(policy, CSP)
         for horizon in horizons:
             want, counts = assumed_messages(policy, horizon, n, task)
             heard: dict[int, int] = {}
@@ -113,7 +114,7 @@ def _mutated(function: Callable[..., object], old: str, new: str) -> Callable[..
     return mutant
 
 
-PLANTS = {
+PLANTS: dict[str, tuple[Callable[..., object], str, str]] = {
     # an arrivals-only tail (one with forwards overtaken: its entries stored) claims one message everywhere
     "tail says one": (CSPLookahead._run_ahead, "heard[at] = 1 if subnet == next_arrival else 2", "heard[at] = 1"),
     # the same for a tail whose entries are computed on demand

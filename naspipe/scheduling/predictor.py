@@ -618,17 +618,15 @@ def _heard_at(answer: list[Task], heard: dict[int, int], i: int) -> int:
     """The messages the run-ahead that made ``answer`` assumed before its task ``i`` (2: two or more).
 
     Its ``heard`` holds them by position, except in a full arrivals-only tail taken with no forward
-    overtaken (from ``heard[_TAIL]`` to the end): there each forward came after one arrival when it is
+    overtaken (from ``heard[_TAIL]`` to the end; the tail's entries replace any stored there, as the
+    stored ones would have been overwritten): there each forward came after one arrival when it is
     the arrival expected (``heard[_FIRST]`` first, then the previous forward's subnet + 1: with none
     overtaken every subnet is an arrival), after two or more when blocked ones came between. Exactly
     what :meth:`CSPLookahead._run_ahead` would have stored, computed only when a shift asks (a kept
     answer is mostly replaced before its tail is reached)."""
-    known = heard.get(i)
-    if known is not None:
-        return known
     start = heard.get(_TAIL)
     if start is None or i < start:
-        return 0
+        return heard.get(i, 0)
     expected = heard[_FIRST] if i == start else answer[i - 1][1] + 1
     return 1 if answer[i][1] == expected else 2
 
