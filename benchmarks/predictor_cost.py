@@ -8,8 +8,9 @@ Two measurements, each for the tree on ``PYTHONPATH`` (run once per tree, altern
 ``calls`` runs the issue's command (toy, 126 blocks x 24 candidates, csp, uniform costs, the
 cache on; :func:`cache_cost.simulate`) in this process with each of ``ContextCache``'s
 ``predict`` calls wrapped in ``perf_counter_ns`` (about 0.05 us of overhead per call), split by
-the running task's kind and by whether the answer was a fresh run-ahead or the last one shifted
-(trees without the shift report every call as fresh). Every call goes through ``itertools.starmap``,
+the running task's kind and by whether the answer was a fresh run-ahead, the last one shifted, or the
+last one resumed after an unforeseen gradient ("continued"; trees without the shift report every call
+as fresh), with the resumes tried and given up. Every call goes through ``itertools.starmap``,
 so under ``valgrind --tool=callgrind --collect-atstart=no --toggle-collect=starmap_next`` the
 instructions counted are the predictor's alone (the slope between two sizes: its cost per task).
 ``states`` keeps clones of the live CSP policies at about 200 calls of the run's last two thirds and
@@ -44,30 +45,43 @@ from naspipe.scheduling.task import Task  # noqa: E402
 from naspipe.sim import residency  # noqa: E402
 
 
-def _fresh_counter() -> list[int]:
-    """Counts fresh run-aheads (``CSPLookahead._run_ahead``), where the tree has them."""
-    fresh = [0]
-    original = getattr(predictor.CSPLookahead, "_run_ahead", None)
+def _continue_counter() -> dict[str, int]:
+    """Counts the resumes tried (``CSPLookahead._continue``) and those that gave up, where the tree has them."""
+    tried = {"tried": 0, "gave up": 0}
+    original = getattr(predictor.CSPLookahead, "_continue", None)
     if original is not None:
         def counted(self: Any, *args: Any) -> Any:
-            fresh[0] += 1
-            return original(self, *args)
-        predictor.CSPLookahead._run_ahead = counted  # type: ignore[method-assign]
-    return fresh
+            got = original(self, *args)
+            tried["tried"] += 1
+            tried["gave up"] += got is None
+            return got
+        predictor.CSPLookahead._continue = counted  # type: ignore[method-assign]
+    return tried
+
+
+def _how(look: Any, before: tuple[int, int]) -> str:
+    """How ``look`` (a stage's lookahead, or None) answered since its counts were ``before``."""
+    if look is None or not hasattr(look, "reused"):
+        return "fresh"
+    if look.reused > before[0]:
+        return "shifted"
+    return "continued" if getattr(look, "continued", 0) > before[1] else "fresh"
 
 
 def calls(subnets: int, stages: int) -> dict[str, Any]:
-    """Microseconds per predict call (mean, median, total seconds), by fresh/shifted and running kind."""
+    """Microseconds per predict call (mean, median, total seconds), by how it was answered (fresh, the last
+    answer shifted, or resumed: continued) and the running task's kind."""
     times: dict[str, list[int]] = defaultdict(list)
-    fresh, original, clock = _fresh_counter(), residency.predict, time.perf_counter_ns
+    resumes, original, clock = _continue_counter(), residency.predict, time.perf_counter_ns
 
     def timed(policy: StagePolicy, horizon: int, end: int, running: Task | None = None) -> list[Task]:
-        before, start = fresh[0], clock()
+        look = predictor._fast_lookahead(policy)
+        before = (getattr(look, "reused", 0), getattr(look, "continued", 0))
+        start = clock()
         # through starmap: under callgrind --toggle-collect=starmap_next only the predictor is counted
         answer = next(starmap(original, ((policy, horizon, end, running),)))
         elapsed = clock() - start
-        shifted = fresh[0] == before and hasattr(predictor.CSPLookahead, "_run_ahead")
-        times[("shifted " if shifted else "fresh ") + (running[0].value if running else "-")].append(elapsed)
+        times[_how(look, before) + " " + (running[0].value if running else "-")].append(elapsed)
         return answer
 
     residency.predict = timed  # type: ignore[assignment]
@@ -78,7 +92,8 @@ def calls(subnets: int, stages: int) -> dict[str, Any]:
                   "median_us": round(statistics.median(ts) / 1e3, 2), "total_s": round(sum(ts) / 1e9, 3)}
             for key, ts in sorted(times.items())}
     return {"tree": str(Path(predictor.__file__).parents[2]), "calls": len(every),
-            "mean_us": round(statistics.mean(every) / 1e3, 2), "total_s": round(sum(every) / 1e9, 3), "by": rows}
+            "mean_us": round(statistics.mean(every) / 1e3, 2), "total_s": round(sum(every) / 1e9, 3),
+            "resumes": resumes, "by": rows}
 
 
 def states(subnets: int, stages: int, horizon: int, repeats: int) -> dict[str, Any]:

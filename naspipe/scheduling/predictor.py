@@ -68,7 +68,8 @@ def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = 
     which reads the live state instead of copying it (see it for why it is the same)."""
     if horizon <= 0:
         return []
-    fast = _fast_lookahead(policy)
+    entry = _FAST.get(id(policy))  # _fast_lookahead's found case, without its call (once per task)
+    fast = entry[1] if entry is not None and entry[0]() is policy else _fast_lookahead(policy)
     if fast is not None:
         return fast.answer(policy, horizon, end, running)  # type: ignore[arg-type]  # a CSP: supports() said so
     return _Lookahead(policy, end, running).take(horizon)
@@ -223,6 +224,7 @@ class CSPLookahead:
         self._ran_out = False
         self._heard: dict[int, int] = {}  # position in _answer -> messages assumed just before it (_run_ahead)
         self._messages, self._answer_end = -1, -1
+        self._tail = 0  # where the last run-ahead's full arrivals-only tail starts (_heard_at; none: its length)
         self.reused = 0  # answers given by shifting the last one (a count for tests and benchmarks)
         bounds = policy.plan.partition.bounds
         per_position = _versioned_per_position(policy.plan.structure)  # the versioned layers any subnet can run here:
@@ -351,7 +353,8 @@ class CSPLookahead:
             if i < len(answer) and answer[i] == running:
                 messages = live.messages
                 heard = messages - self._messages
-                if heard == self._heard.get(i, 0) and heard <= 1:
+                if heard <= 1 and heard == (self._heard.get(i, 0) if i < self._tail
+                                            else _heard_at(answer, self._heard, i)):
                     i += 1
                     if self._ran_out or len(answer) - i >= horizon:
                         self._started, self._messages = i, messages
@@ -361,7 +364,7 @@ class CSPLookahead:
         heard_at: dict[int, int] = {}
         answer = self._answer = self._run_ahead(live, longer, end, running, heard_at)
         self._started, self._ran_out, self._messages, self._answer_end = 0, len(answer) < longer, messages, end
-        self._heard = heard_at
+        self._heard, self._tail = heard_at, heard_at.get(_TAIL, longer)
         return answer[:horizon]
 
     def _run_ahead(self, live: CSP, horizon: int, end: int, running: Task | None,
@@ -369,7 +372,8 @@ class CSPLookahead:
         """The next ``horizon`` tasks, run ahead from the live state (the rules of :class:`_Lookahead`, CSP's
         decisions inlined). ``heard`` receives, for each position ``i`` of the answer, how many messages
         the run-ahead assumed between the previous task (or ``running``) and task ``i`` (absent: none; 2
-        stands for two or more), what :meth:`answer` compares with the live count.
+        stands for two or more; a full arrivals-only tail's entries by the rule of :func:`_heard_at`), what
+        :meth:`answer` compares with the live count.
 
         Off stage 0 the run-ahead's arrivals are every subnet in ``[lo, hi)`` not already arrived
         (``ahead``); those that were not ready then wait. They are not listed: a run of blocked
@@ -377,13 +381,13 @@ class CSPLookahead:
         (:meth:`_next_ready`), and a write looks only at its followers (none of which was ready
         before it), so a prediction's cost does not grow with what is left of the stream."""
         self._end = end
-        ready_u, ready_b, ready_f, waiting_live, unwritten, registered = live.lookahead_view()
+        unwritten, registered = live._blocked, live._registered  # live.lookahead_view() without the call
         if (registered, len(unwritten)) != self._seen:
             self._sync(unwritten, registered)
         if self._until_prune <= 0:  # here, not while registering: a prediction holds indices into _zeros
             self._prune()
-        ready_u, ready_b, ready_f = ready_u[:], ready_b[:], ready_f[:]
-        waiting = set(waiting_live)  # arrived before this prediction, still blocked
+        ready_u, ready_b, ready_f = live._ready_u[:], live._ready_b[:], live._ready_f[:]
+        waiting = set(live._waiting)  # arrived before this prediction, still blocked
         pending = list(live._awaiting_backward)  # live.awaiting_backward(), one call less
         written: set[int] = set()  # subnets the run-ahead updates
         stage, depth, is_first, is_last = self.stage, self.depth, self._is_first, self._is_last
@@ -393,7 +397,11 @@ class CSPLookahead:
         preds, followers = self.preds, self._followers
         ahead = live._arrived_ahead  # arrived already: not an arrival (live.overtaken())
         # the first of live.pending_arrivals(end), without the generator (a third of a short prediction's cost)
-        next_arrival = _arrival_from(live._arrived_below, end, ahead)
+        next_arrival: int | None = live._arrived_below
+        if ahead:
+            next_arrival = _arrival_from(live._arrived_below, end, ahead)
+        elif live._arrived_below >= end:
+            next_arrival = None
         lo = hi = end if next_arrival is None else next_arrival
 
         def ready(subnet: int) -> bool:
@@ -457,8 +465,11 @@ class CSPLookahead:
                 assert next_arrival is not None
                 need = horizon - len(out)
                 tail = self._ready_arrivals(need, next_arrival, written, unwritten, registered, ahead)
-                forwards, at = self._forwards, len(out)
-                out += [forwards[subnet] for subnet in tail]
+                at = len(out)
+                out += map(self._forwards.__getitem__, tail)
+                if len(tail) == need and not ahead:  # its entries are read on demand (_heard_at): most never are
+                    heard[_TAIL], heard[_FIRST] = at, next_arrival
+                    break
                 for subnet in tail:  # each after one arrival, or more when blocked ones came between
                     heard[at] = 1 if subnet == next_arrival else 2
                     at += 1
@@ -596,6 +607,28 @@ class CSPLookahead:
             if more:
                 tail = sorted(tail + more)
         return tail[:need]
+
+
+# Keys of a run-ahead's ``heard`` beside the positions: where its full arrivals-only tail starts, and the
+# arrival it expected first there (:func:`_heard_at`).
+_TAIL, _FIRST = -1, -2
+
+
+def _heard_at(answer: list[Task], heard: dict[int, int], i: int) -> int:
+    """The messages the run-ahead that made ``answer`` assumed before its task ``i`` (2: two or more).
+
+    Its ``heard`` holds them by position, except in a full arrivals-only tail taken with no forward
+    overtaken (from ``heard[_TAIL]`` to the end; the tail's entries replace any stored there, as the
+    stored ones would have been overwritten): there each forward came after one arrival when it is
+    the arrival expected (``heard[_FIRST]`` first, then the previous forward's subnet + 1: with none
+    overtaken every subnet is an arrival), after two or more when blocked ones came between. Exactly
+    what :meth:`CSPLookahead._run_ahead` would have stored, computed only when a shift asks (a kept
+    answer is mostly replaced before its tail is reached)."""
+    start = heard.get(_TAIL)
+    if start is None or i < start:
+        return heard.get(i, 0)
+    expected = heard[_FIRST] if i == start else answer[i - 1][1] + 1
+    return 1 if answer[i][1] == expected else 2
 
 
 @lru_cache(maxsize=8)
