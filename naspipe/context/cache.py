@@ -17,6 +17,10 @@ Public API (stable; the runtime and the simulator both drive it):
 - ``acquire_prefetch_release(layers, upcoming, dirty=False) -> list[Move]``: ``acquire_and_prefetch``
   then ``release``, for a caller that makes no other call between a task's start and its end (the
   simulator): the same moves and state, without pinning the layers for the call's length only.
+- ``shift_needs`` and ``acquire_prefetch_release_shifted(layers, dirty=False) -> bool``: the next task's
+  ``acquire_prefetch_release`` without its ``upcoming`` when that call would move nothing for a reason
+  the last such call already found (see the method); ``shift_needs`` says how many leading positions of
+  the next ``upcoming`` must equal the last call's shifted by one (0: not possible now).
 - ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
   layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
   ``arrived_all(layers)``: the same for several.
@@ -101,6 +105,13 @@ class DeviceCache:
         self._last_use: dict[int, int] = {}
         self._tick = 0
         self.used = 0
+        # The kept stop (acquire_prefetch_release_shifted): the upcoming list of the last full call that moved
+        # nothing and stopped at position _kept_stop, the bytes its stop layer lacked room for, and where in the
+        # list the next task's layers are; shift_needs > 0 only while the state that stop read is unchanged.
+        self.shift_needs = 0
+        self.shifted = 0  # calls answered by the kept stop (a count for tests and benchmarks)
+        self._kept: Upcoming = ()
+        self._kept_at = self._kept_stop = self._kept_need = 0
 
         for layer in resident:
             self._add(layer)
@@ -148,6 +159,50 @@ class DeviceCache:
             self._dirty.update(wanted)
         return moves
 
+    def acquire_prefetch_release_shifted(self, layers: Iterable[int], dirty: bool = False) -> bool:
+        """:meth:`acquire_prefetch_release` ``(layers, upcoming, dirty)`` answered from the kept stop when it moves
+        nothing: True then (the same stats and state as that call; its answer is no move), False when the full
+        call must be made (nothing changed). The caller vouches that ``upcoming[:shift_needs]`` equals the last
+        call's ``upcoming[1:shift_needs + 1]`` (for the simulator: the same predicted tasks there).
+
+        Why it is exact. Let the last full call (the base) take ``upcoming`` ``U`` and stop at position ``p`` of
+        ``U``, at layer ``L``, not held, every layer before it in the walk (``U[0..p - 1]``, and ``U[p]`` up to
+        ``L``) held when the call returned (held before it, or placed by it). Since then no layer was placed,
+        evicted or discarded (each of those sets ``shift_needs`` to 0), so the held set and ``used`` are the
+        base's end state; the pinned and in-flight sets may have changed (copies landed), and are read anew
+        below. Since then also only these shifted calls ran (any other call counts a task in :meth:`_use`, which
+        sets ``shift_needs`` to 0). Let this be the ``a``-th shifted call (``a`` = 0, 1, ...): ``layers`` equals
+        ``U[a]`` (checked here) and ``upcoming[j]`` = ``U[a + 1 + j]`` for ``j < p - a`` (vouched). The full call
+        would:
+
+        - count ``layers``, all held (``a < p``), so place nothing for them: :meth:`_use` does that accounting
+          here too (hits and late from the in-flight set of now);
+        - walk ``upcoming[0..p - a - 2]`` = ``U[a + 1..p - 1]``, all held, and in ``upcoming[p - a - 1]`` =
+          ``U[p]`` meet the same ``L`` first, needing the same ``need`` = ``sizes[L] - budget + used`` bytes (kept);
+        - with no ranking yet (nothing placed in this call) and ``need`` > 0, total the bytes of the evictable
+          layers not needed up to there, resident - pinned - in flight - ``U[a]`` - ``U[a + 1..p]`` (the set
+          computed below), and stop with no move if they are short of ``need``.
+
+        So when that test stops it here, the call's answer is no move and its only effects are :meth:`_use`'s
+        and the dirty marks, made here. Otherwise (``need`` <= 0, or the task's own layers or landed copies made
+        room) a placement follows: False, and the caller makes the full call. The next shifted call has
+        ``a + 1``, possible while ``a + 1 < p`` (``U[p]`` holds ``L``: a task using it must place it)."""
+        at = self._kept_at
+        kept = self._kept
+        if layers != kept[at]:
+            return False
+        sizes, need = self.sizes, self._kept_need
+        for layer in self._resident.difference(self._pins, self._in_flight, *kept[at:self._kept_stop + 1]):
+            need -= sizes[layer]
+        if need <= 0:
+            return False
+        wanted, _ = self._use(layers, pin=False)
+        if dirty:
+            self._dirty.update(wanted)
+        self._kept_at, self.shift_needs = at + 1, self._kept_stop - at - 1
+        self.shifted += 1
+        return True
+
     def _use(self, layers: Iterable[int], pin: bool) -> tuple[dict[int, int], bool]:
         """A task starts: its distinct layers (in order), each counted as a hit, late or a miss, made the most
         recently used, and pinned when ``pin``; and whether one of them is not held (:meth:`_fetch` places it:
@@ -157,6 +212,7 @@ class DeviceCache:
         if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
             self._check_fits(wanted)  # refused before any change
         self._tick = tick
+        self.shift_needs = 0  # a new task: the kept stop's chain of tasks ends (a shifted call sets it again)
         self._last_use.update(wanted)
         # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
         held = hits = len(self._resident.intersection(wanted))
@@ -204,6 +260,7 @@ class DeviceCache:
     def discard(self, layer: int) -> None:
         if layer in self._pins:
             raise RuntimeError(f"layer {layer} is in use and cannot be discarded")
+        self.shift_needs = 0  # the held set may change: the kept stop's walk no longer stands
         if layer in self._resident:
             self._resident.discard(layer)
             self._in_flight.discard(layer)
@@ -260,14 +317,25 @@ class DeviceCache:
                         for other in free:
                             need -= sizes[other]
                         if need > 0:  # even all of them would not make room (a loop: a comprehension is a frame)
+                            if held:  # acquire_prefetch_release: its next call may take the stop as it is
+                                self._keep_stop(upcoming, position, sizes[layer] - budget + self.used)
                             return moves
                         need = sizes[layer] - budget + self.used
                         ranking = _Ranking.build(self, upcoming, free, position)
                     end = ranking.victims(need, position)
                     if end < 0:
+                        if held:
+                            self._keep_stop(upcoming, position, sizes[layer] - budget + self.used)
                         return moves
                 self._place(layer, ranking, end, moves)
         return moves
+
+    def _keep_stop(self, upcoming: Upcoming, position: int, need: int) -> None:
+        """The base of :meth:`acquire_prefetch_release_shifted`: this call's ``upcoming`` stopped at ``position``,
+        ``need`` bytes short of room before counting the evictable layers (a task's ``held`` layers set apart,
+        so only :meth:`acquire_prefetch_release` keeps a stop)."""
+        self._kept, self._kept_at, self._kept_stop, self._kept_need = upcoming, 0, position, need
+        self.shift_needs = position
 
     def _full(self, layer: int, held: Collection[int]) -> NoReturn:
         """A task's own ``layer`` cannot be placed: the running tasks pin too much of the budget."""
@@ -282,6 +350,7 @@ class DeviceCache:
         """Evict the ranking's layers up to ``end`` (:meth:`_Ranking.victims`' answer; none if not past its head)
         and start ``layer``'s copy, the moves appended to ``moves``."""
         stats = self.stats
+        self.shift_needs = 0  # the held set changes: a kept stop's walk no longer stands
         if ranking is not None and end > ranking.head:
             resident, dirty, sizes = self._resident, self._dirty, self.sizes
             for _, _, victim in ranking.order[ranking.head:end]:  # evict: written back first if dirty
