@@ -150,7 +150,6 @@ class ContextCache:
         self._layers_of = self._uses.__getitem__
         self._last_lands = 0.0  # when the last copy in lands (the copy engine's copies end in order)
         self._copy_s: dict[int, float] = {}  # copy seconds by bytes (a layer's few sizes): no call per move
-        self._tasks: list[Task] = []  # the last call's predicted tasks (DeviceCache.shift_needs compares with them)
 
     @property
     def stats(self) -> CopyStats:
@@ -161,25 +160,16 @@ class ContextCache:
         landing = self.landing
         if landing:
             self._land(now)
-        tasks = predict(self.policy, self.horizon, self.end, running=task)
-        last, self._tasks = self._tasks, tasks
+        # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache between a
+        # task's acquire and its release (the engine calls them back to back), so one call; given the predicted
+        # tasks, the cache builds their layer lists only when the last call's stop does not answer it
         update = task[0] is UPDATE
-        cache = self.cache
-        # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
-        # between a task's acquire and its release (the engine calls them back to back), so one call; when the
-        # cache kept the last call's stop and the predicted tasks it read are the last ones shifted by one (their
-        # layer lists too), that call without the lists, if it moves nothing
-        needs = cache.shift_needs
-        if needs and tasks[:needs] == last[1:needs + 1] and cache.acquire_prefetch_release_shifted(layers, update):
-            if update:  # the subnet's last task here: its lists are not asked for again
-                self._uses.forget(task)
-        else:
-            upcoming = list(map(self._layers_of, tasks))  # a map, not a comprehension: one frame less per task
-            if update:
-                self._uses.forget(task)
-            moves = cache.acquire_prefetch_release(layers, upcoming, update)
-            if moves:
-                self._perform(moves, now)
+        moves = self.cache.acquire_prefetch_release_keyed(
+            layers, predict(self.policy, self.horizon, self.end, running=task), self._layers_of, update)
+        if update:  # the subnet's last task here: its lists are not asked for again
+            self._uses.forget(task)
+        if moves:
+            self._perform(moves, now)
         if landing and not landing.keys().isdisjoint(layers):  # most tasks: none of its layers is on its way
             return self._wait(layers, now)
         return now
