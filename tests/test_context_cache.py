@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -266,91 +263,3 @@ def test_a_prefetch_that_cannot_free_enough_stops_before_evicting() -> None:
     assert cache.prefetch([[2], [4, 1], [3]]) == []
     assert cache.choose_victims(10, [[2], [4, 1], [3]], before=1) is None
     assert cache.choose_victims(10, [[2], [4, 1], [3]]) == [3, 1]  # any: furthest use first (3 at 2, then 1)
-
-
-def _or_refused(call: Callable[..., list[Move]], *args: object) -> list[Move] | str:
-    try:
-        return call(*args)
-    except CacheCapacityError:
-        return "refused"
-
-
-def _shifted_run(seed: int, counts: dict[str, int]) -> None:
-    """One random stream of tasks through two caches, task by task as the simulator calls them: ``full`` makes
-    :meth:`DeviceCache.acquire_prefetch_release` with the lists, ``keyed`` makes
-    :meth:`DeviceCache.acquire_prefetch_release_keyed` with the same lists as keys (``tuple`` maps a list to
-    itself), answering from its kept stop where it may. The predictions are the true future with errors (a
-    position replaced, the list cut short), copies land at once, later or in part, a prefetch of its own or a
-    discarded layer (a mirror) come now and then: every answer, count and piece of state must be equal after
-    every task."""
-    rng = random.Random(seed)
-    budget, horizon = rng.randint(26, 60), rng.randint(1, 8)
-    future = [tuple(rng.sample(range(10), rng.randint(1, 3))) for _ in range(80)]
-    full, keyed = DeviceCache(budget, _SIZES), DeviceCache(budget, _SIZES)
-    in_flight: list[int] = []
-    for i, layers in enumerate(future[:-horizon]):
-        upcoming = future[i + 1:i + 1 + horizon]
-        if rng.random() < 0.2:  # a wrong prediction at one position
-            upcoming[rng.randrange(horizon)] = tuple(rng.sample(range(10), rng.randint(1, 3)))
-        if rng.random() < 0.05:
-            upcoming = upcoming[:rng.randrange(horizon)]
-        dirty = rng.random() < 0.3
-        want = _or_refused(full.acquire_prefetch_release, layers, upcoming, dirty)
-        before = (keyed.shifted, keyed.resumed)
-        if keyed.shift_needs and layers != keyed._kept[keyed._kept_at]:
-            counts["other layers"] += 1
-        got = _or_refused(keyed.acquire_prefetch_release_keyed, layers, upcoming, tuple, dirty)
-        counts["shifted"] += keyed.shifted - before[0]
-        counts["resumed"] += keyed.resumed - before[1]
-        assert got == want, (seed, i)
-        if want == "refused":  # copies still on their way leave no room for the task: refused alike
-            return
-        in_flight += [move.layer for move in want if move.direction == "in"]
-        if in_flight and rng.random() < 0.7:  # land all, or some of them
-            landed = in_flight if rng.random() < 0.7 else in_flight[:1]
-            for cache in (full, keyed):
-                cache.arrived_all(landed)
-            in_flight = [layer for layer in in_flight if layer not in landed]
-        if rng.random() < 0.05:  # a prefetch of its own (the runtime's worker may make one): it may place
-            ahead = future[i + 1:i + 1 + horizon]
-            prefetched = full.prefetch(ahead)
-            assert keyed.prefetch(ahead) == prefetched
-            in_flight += [move.layer for move in prefetched if move.direction == "in"]
-        if rng.random() < 0.03:  # a mirror replaced a layer
-            layer = rng.randrange(10)
-            for cache in (full, keyed):
-                cache.discard(layer)
-            in_flight = [x for x in in_flight if x != layer]
-        assert keyed.stats == full.stats and keyed.used == full.used and keyed.resident == full.resident
-        assert (keyed._in_flight, keyed._dirty, keyed._last_use, keyed._tick, keyed._pins) == (
-            full._in_flight, full._dirty, full._last_use, full._tick, full._pins)
-
-
-def test_the_keyed_call_moves_and_counts_as_the_full_one() -> None:
-    """The kept stop against the full call, over 300 random streams; each path is taken: answered with no move,
-    resumed at the stop (room was freed: a move follows), and refused (the task is not the kept list's)."""
-    counts = {"shifted": 0, "resumed": 0, "other layers": 0}
-    for seed in range(300):
-        _shifted_run(seed, counts)
-    assert all(count > 30 for count in counts.values()), counts
-
-
-def test_a_placement_a_discard_or_another_task_ends_the_kept_stop() -> None:
-    """The stop's walk is only as good as the held set it walked: any change to it, or a task counted by another
-    call, sets ``shift_needs`` to 0; landing copies does not (the in-flight set is read anew). A plain call keeps
-    no keys: the keyed call after it is made in full."""
-    cache = DeviceCache(20, {1: 10, 2: 10, 3: 10, 4: 10}, resident=[1, 2])
-    assert cache.acquire_prefetch_release_keyed((1,), [(2,), (1,), (3,)], tuple) == []  # 3 needs room: none
-    assert cache.shift_needs == 2
-    cache.arrived_all([])
-    assert cache.acquire_prefetch_release_keyed((2,), [(1,), (3,)], tuple) == [] and cache.shifted == 1
-    assert cache.shift_needs == 1 and cache.stats.uses == cache.stats.hits == 2
-    cache.discard(4)  # not held: nothing changes, still it ends the stop (one rule, no test of holding)
-    assert cache.shift_needs == 0
-    assert cache.acquire_prefetch_release((2,), [(1,), (3,)]) == [] and cache.shift_needs == 1
-    cache.acquire([2])
-    assert cache.shift_needs == 0
-    cache.release([2])
-    assert cache.acquire_prefetch_release((2,), [(1,), (3,)]) == [] and cache.shift_needs == 1
-    assert cache.acquire_prefetch_release_keyed((1,), [(3,)], tuple) == [Move(2, 10, "drop"), Move(3, 10, "in")]
-    assert (cache.shifted, cache.resumed, cache.shift_needs) == (1, 0, 0)  # made in full; it placed: no stop kept

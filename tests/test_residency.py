@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from naspipe.config import CacheConfig
-from naspipe.context.cache import DeviceCache, Move
 from naspipe.scheduling import PolicyOptions
 from naspipe.scheduling.predictor import task_layers
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
@@ -64,40 +62,3 @@ def test_copies_that_landed_are_arrived_in_the_device_cache_at_every_task(monkey
     metrics, _ = simulate_run(setup)
     assert partial[0] > 0 and 0 < metrics["cache_hit_rate"] < 1
     assert simulate_run(replace(setup, cache=None))[0]["cache_hit_rate"] == 1
-
-
-def _cached_setup(budget: str) -> SimSetup:
-    plan = make_plan(6, 3, 3)
-    info = [LayerInfo(1_000_000 * (1 + lid % 5), 1e6 * (1 + lid % 3), 4096.0, 16384.0)
-            for lid in range(plan.structure.num_layers)]
-    costs = analytic_costs(info, load_hardware("rtx2080ti-pcie3-40gbe"), 8, 1)
-    return SimSetup(plan, "csp", 60, PolicyOptions(max_inflight=3, bulk_size=3), costs, True, trace_max_events=10**6,
-                    cache=CacheConfig(enabled=True, budget=budget, horizon=8))
-
-
-@pytest.mark.parametrize("budget", ["1x", "1.5x", "2x"])
-def test_the_kept_stop_changes_no_decision(monkeypatch: pytest.MonkeyPatch, budget: str) -> None:
-    """The same run with :meth:`DeviceCache.acquire_prefetch_release_keyed` as it is, and made the plain call with
-    the lists built every time: the same metrics and trace, event for event, with the kept stop answering a tenth
-    of the tasks or more, and the walk resumed at it on some."""
-    made: list[ContextCache] = []
-
-    class Counted(ContextCache):
-        def __init__(self, *args: Any) -> None:
-            super().__init__(*args)
-            made.append(self)
-
-    def plain(self: DeviceCache, layers: Any, keys: Any, layers_of: Any, dirty: bool = False) -> list[Move]:
-        return self.acquire_prefetch_release(layers, list(map(layers_of, keys)), dirty)
-
-    monkeypatch.setattr(run, "ContextCache", Counted)
-    setup = _cached_setup(budget)
-    taken = simulate_run(setup)
-    shifted = sum(residency.cache.shifted for residency in made)
-    resumed = sum(residency.cache.resumed for residency in made)
-    monkeypatch.setattr(DeviceCache, "acquire_prefetch_release_keyed", plain)
-    made.clear()
-    assert simulate_run(setup) == taken
-    assert sum(residency.cache.shifted + residency.cache.resumed for residency in made) == 0
-    tasks = 3 * 60 * setup.plan.num_stages
-    assert tasks // 10 < shifted < tasks and resumed > 0, (shifted, resumed, tasks)

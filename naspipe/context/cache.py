@@ -17,9 +17,6 @@ Public API (stable; the runtime and the simulator both drive it):
 - ``acquire_prefetch_release(layers, upcoming, dirty=False) -> list[Move]``: ``acquire_and_prefetch``
   then ``release``, for a caller that makes no other call between a task's start and its end (the
   simulator): the same moves and state, without pinning the layers for the call's length only.
-- ``acquire_prefetch_release_keyed(layers, keys, layers_of, dirty=False) -> list[Move]``: the same with
-  ``upcoming`` given as the predicted tasks' keys and a function from a key to its layers: the lists are
-  built only when the answer does not follow from the last call's stop (see the method).
 - ``arrived(layer)``: an ``in`` move finished (the runtime/simulator tells; until then the
   layer counts as in flight: its bytes are reserved, it is no hit and cannot be evicted).
   ``arrived_all(layers)``: the same for several.
@@ -45,7 +42,7 @@ is needed no later than the one it fetches, and stops at the first layer it cann
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal, NamedTuple, NoReturn, cast
@@ -104,15 +101,6 @@ class DeviceCache:
         self._last_use: dict[int, int] = {}
         self._tick = 0
         self.used = 0
-        # The kept stop (acquire_prefetch_release_shifted): the upcoming list of the last full call that moved
-        # nothing and stopped at position _kept_stop, the bytes its stop layer lacked room for, and where in the
-        # list the next task's layers are; shift_needs > 0 only while the state that stop read is unchanged.
-        self.shift_needs = 0
-        self.shifted = 0  # keyed calls answered by the kept stop, with no move (a count for tests and benchmarks)
-        self.resumed = 0  # keyed calls whose walk resumed at the kept stop (the same)
-        self._keys: Sequence[Hashable] = ()  # the last keyed call's keys
-        self._kept: Upcoming = ()
-        self._kept_at = self._kept_stop = self._kept_need = 0
 
         for layer in resident:
             self._add(layer)
@@ -154,63 +142,8 @@ class DeviceCache:
         between a task's start and its end (the simulator: a stage's task is acquired and released in one step
         of its loop). The same moves, stats and state; the task's layers are kept from eviction for the call
         without pinning and unpinning them."""
-        self._keys = ()  # no keys: the next keyed call cannot compare its predicted tasks with these
-        return self._task(layers, upcoming, dirty, 0)
-
-    def acquire_prefetch_release_keyed(self, layers: Iterable[int], keys: Sequence[Hashable],
-                                       layers_of: Callable[[Hashable], Sequence[int]],
-                                       dirty: bool = False) -> list[Move]:
-        """:meth:`acquire_prefetch_release` ``(layers, list(map(layers_of, keys)), dirty)``, the lists built only
-        when needed: ``keys`` name the predicted tasks (equal keys, equal lists). When the last call stopped at a
-        layer it could not place (the kept stop, :meth:`_keep_stop`) and the keys it walked are the last call's
-        shifted by one, the walk is known without the lists: the answer is no move when the room is still short
-        (:attr:`shifted` counts those calls), else the walk resumes at the stop (:attr:`resumed`).
-
-        Why it is exact. Let the call that kept the stop (the base) take the lists ``U`` and stop at position
-        ``p``, at layer ``L``, not held, every layer before it in the walk (``U[0..p - 1]``, and ``U[p]`` up to
-        ``L``) held when the call returned (held before it, or placed by it). Since then no layer was placed,
-        evicted or discarded (each of those sets :attr:`shift_needs` to 0), so the held set and ``used`` are the
-        base's end state; the pinned and in-flight sets may have changed (copies landed): they are read anew.
-        Since then also only calls answered from the stop ran (any other call counts a task in :meth:`_use`,
-        which sets :attr:`shift_needs` to 0). Let this be the ``a``-th of those (``a`` = 0, 1, ...), so
-        :attr:`shift_needs` = ``p - a``: ``layers`` equals ``U[a]`` (checked) and the lists of ``keys[:p - a]``
-        are ``U[a + 1..p]`` (their keys are those of the last call's positions ``1..p - a``, by induction the
-        base's ``a + 1..p``). The full call would:
-
-        - count ``layers``, all held (``a < p``), so place nothing for them (:meth:`_use` counts them here too:
-          hits and late from the in-flight set of now);
-        - walk positions ``0..p - a - 2`` (``U[a + 1..p - 1]``), all held, and in position ``p - a - 1``
-          (``U[p]``) meet the same ``L`` first, needing the same ``need`` = ``sizes[L] - budget + used`` (kept);
-        - with no ranking yet (nothing placed in this call) and ``need`` > 0, total the bytes of the evictable
-          layers not needed up to there, resident - pinned - in flight - ``U[a]`` - ``U[a + 1..p]`` (the set
-          computed below), and stop with no move when they are short of ``need``.
-
-        So when they are short the answer is no move and the only effects are :meth:`_use`'s and the dirty marks,
-        made here. Otherwise the full call goes on from position ``p - a - 1`` with a placement: it is made from
-        there (:meth:`_fetch`'s ``start``; the positions before it hold nothing to place)."""
-        needs, last, self._keys = self.shift_needs, self._keys, keys
-        start = 0
-        if needs and keys[:needs] == last[1:needs + 1]:
-            at, kept = self._kept_at, self._kept
-            if layers == kept[at]:
-                sizes, need = self.sizes, self._kept_need
-                for layer in self._resident.difference(self._pins, self._in_flight, *kept[at:self._kept_stop + 1]):
-                    need -= sizes[layer]
-                if need > 0:  # still no room: no move (a loop, not sum() of a comprehension: no frame)
-                    wanted, _ = self._use(layers, pin=False)
-                    if dirty:
-                        self._dirty.update(wanted)
-                    self._kept_at, self.shift_needs = at + 1, needs - 1
-                    self.shifted += 1
-                    return []
-                start = needs - 1
-                self.resumed += 1
-        return self._task(layers, list(map(layers_of, keys)), dirty, start)
-
-    def _task(self, layers: Iterable[int], upcoming: Upcoming, dirty: bool, start: int) -> list[Move]:
-        """The one call per task (:meth:`acquire_prefetch_release`), the prefetch's walk from position ``start``."""
         wanted, missing = self._use(layers, pin=False)
-        moves = self._fetch(wanted, missing, upcoming, wanted, upcoming, start)
+        moves = self._fetch(wanted, missing, upcoming, wanted, upcoming)
         if dirty:
             self._dirty.update(wanted)
         return moves
@@ -224,7 +157,6 @@ class DeviceCache:
         if len(wanted) * self._largest > self.budget:  # once per task: most tasks cannot overflow
             self._check_fits(wanted)  # refused before any change
         self._tick = tick
-        self.shift_needs = 0  # a new task: the kept stop's chain of tasks ends (a shifted call sets it again)
         self._last_use.update(wanted)
         # in flight implies held (_add puts a layer in both; evictions skip it): hits are the held, arrived ones
         held = hits = len(self._resident.intersection(wanted))
@@ -272,7 +204,6 @@ class DeviceCache:
     def discard(self, layer: int) -> None:
         if layer in self._pins:
             raise RuntimeError(f"layer {layer} is in use and cannot be discarded")
-        self.shift_needs = 0  # the held set may change: the kept stop's walk no longer stands
         if layer in self._resident:
             self._resident.discard(layer)
             self._in_flight.discard(layer)
@@ -292,11 +223,11 @@ class DeviceCache:
 
     # -- internals ----------------------------------------------------------
     def _fetch(self, wanted: Iterable[int], missing: bool, upcoming: Upcoming, held: Collection[int],
-               ahead: Upcoming, start: int = 0) -> list[Move]:
+               ahead: Upcoming) -> list[Move]:
         """Place every missing layer of ``wanted`` (any evictable layer may go), then prefetch ``ahead``'s
         positions in order up to the first layer that cannot be placed. ``upcoming`` ranks the victims
         (``ahead`` is it or empty); ``held``: layers kept from eviction besides the pinned ones (a task's,
-        unpinned); ``start``: the first position to walk (those before it hold nothing to place).
+        unpinned).
 
         The prefetch's common case is inline: a layer that fits without evicting, and the layer it stops at
         (most calls: the device holds a few layers, the predicted tasks use more), found from the bytes of the
@@ -318,7 +249,7 @@ class DeviceCache:
         # positions in order, held layers skipped: a membership test per layer up to the first one to place (one in
         # three tasks: at the third position) costs less than ``set.issuperset`` of each position's tuple (it
         # builds a set from it) mapped over all of them
-        for position in range(start, len(ahead)):
+        for position in range(len(ahead)):
             for layer in ahead[position]:
                 if layer in resident:
                     continue
@@ -329,25 +260,14 @@ class DeviceCache:
                         for other in free:
                             need -= sizes[other]
                         if need > 0:  # even all of them would not make room (a loop: a comprehension is a frame)
-                            if held:  # acquire_prefetch_release: its next call may take the stop as it is
-                                self._keep_stop(upcoming, position, sizes[layer] - budget + self.used)
                             return moves
                         need = sizes[layer] - budget + self.used
                         ranking = _Ranking.build(self, upcoming, free, position)
                     end = ranking.victims(need, position)
                     if end < 0:
-                        if held:
-                            self._keep_stop(upcoming, position, sizes[layer] - budget + self.used)
                         return moves
                 self._place(layer, ranking, end, moves)
         return moves
-
-    def _keep_stop(self, upcoming: Upcoming, position: int, need: int) -> None:
-        """The base of :meth:`acquire_prefetch_release_shifted`: this call's ``upcoming`` stopped at ``position``,
-        ``need`` bytes short of room before counting the evictable layers (a task's ``held`` layers set apart,
-        so only :meth:`acquire_prefetch_release` keeps a stop)."""
-        self._kept, self._kept_at, self._kept_stop, self._kept_need = upcoming, 0, position, need
-        self.shift_needs = position
 
     def _full(self, layer: int, held: Collection[int]) -> NoReturn:
         """A task's own ``layer`` cannot be placed: the running tasks pin too much of the budget."""
@@ -362,7 +282,6 @@ class DeviceCache:
         """Evict the ranking's layers up to ``end`` (:meth:`_Ranking.victims`' answer; none if not past its head)
         and start ``layer``'s copy, the moves appended to ``moves``."""
         stats = self.stats
-        self.shift_needs = 0  # the held set changes: a kept stop's walk no longer stands
         if ranking is not None and end > ranking.head:
             resident, dirty, sizes = self._resident, self._dirty, self.sizes
             for _, _, victim in ranking.order[ranking.head:end]:  # evict: written back first if dirty

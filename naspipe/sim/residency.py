@@ -160,14 +160,14 @@ class ContextCache:
         landing = self.landing
         if landing:
             self._land(now)
-        # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache between a
-        # task's acquire and its release (the engine calls them back to back), so one call; given the predicted
-        # tasks, the cache builds their layer lists only when the last call's stop does not answer it
+        # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
+        upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
         update = task[0] is UPDATE
-        moves = self.cache.acquire_prefetch_release_keyed(
-            layers, predict(self.policy, self.horizon, self.end, running=task), self._layers_of, update)
         if update:  # the subnet's last task here: its lists are not asked for again
             self._uses.forget(task)
+        # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
+        # between a task's acquire and its release (the engine calls them back to back), so one call
+        moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
         if moves:
             self._perform(moves, now)
         if landing and not landing.keys().isdisjoint(layers):  # most tasks: none of its layers is on its way
