@@ -33,32 +33,59 @@ def test_task_layers_memo_answers_as_task_layers_and_forgets_a_subnet_at_its_upd
     assert differ
 
 
+def _slow_copies(subnets: int) -> SimSetup:
+    """csp with the context cache on a small plan, copies priced on a real link (analytic costs): slow enough
+    that a task often starts before the copies it needs have landed."""
+    plan = make_plan(6, 3, 3)
+    info = [LayerInfo(1_000_000 * (1 + lid % 5), 1e6 * (1 + lid % 3), 4096.0, 16384.0)
+            for lid in range(plan.structure.num_layers)]
+    costs = analytic_costs(info, load_hardware("rtx2080ti-pcie3-40gbe"), 8, 1)
+    return SimSetup(plan, "csp", subnets, PolicyOptions(max_inflight=3, bulk_size=3), costs, True,
+                    cache=CacheConfig(enabled=True, budget="1.5x", horizon=8))
+
+
 def test_copies_that_landed_are_arrived_in_the_device_cache_at_every_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow copies (analytic costs): a task starts while some copies have landed and the last one has not, so
-    :meth:`ContextCache._land` lands only those due. At every task, each layer the device cache holds is
+    :meth:`ContextCache._land_due` lands only those due. At every task, each layer the device cache holds is
     resident (arrived) exactly when its copy is no longer on its way, and every copy due has landed."""
     partial = [0]
 
     class Checked(ContextCache):
         def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-            if self.landing and self._last_lands > now and any(t <= now for t in self.landing.values()):
-                partial[0] += 1
             ready = super().acquire(task, layers, now)
             held = [lid for lid in range(len(self.cache.sizes)) if self.cache.holds(lid)]
             assert all(self.cache.is_resident(lid) == (lid not in self.landing) for lid in held)
+            assert all(lands > now for lands in self.landing.values())  # those due have landed (new ones later)
             return ready
 
-        def _land(self, now: float) -> None:
-            super()._land(now)
+        def _land_due(self, now: float) -> None:
+            partial[0] += any(lands <= now for lands in self.landing.values())
+            super()._land_due(now)
             assert all(lands > now for lands in self.landing.values())  # those due have landed
 
     monkeypatch.setattr(run, "ContextCache", Checked)
-    plan = make_plan(6, 3, 3)
-    info = [LayerInfo(1_000_000 * (1 + lid % 5), 1e6 * (1 + lid % 3), 4096.0, 16384.0)
-            for lid in range(plan.structure.num_layers)]
-    costs = analytic_costs(info, load_hardware("rtx2080ti-pcie3-40gbe"), 8, 1)
-    setup = SimSetup(plan, "csp", 40, PolicyOptions(max_inflight=3, bulk_size=3), costs, True,
-                     cache=CacheConfig(enabled=True, budget="1.5x", horizon=8))
+    setup = _slow_copies(40)
     metrics, _ = simulate_run(setup)
     assert partial[0] > 0 and 0 < metrics["cache_hit_rate"] < 1
     assert simulate_run(replace(setup, cache=None))[0]["cache_hit_rate"] == 1
+
+
+@pytest.mark.parametrize("noop", [True, False])
+def test_the_engine_calls_release_unless_every_residency_says_it_does_nothing(
+        monkeypatch: pytest.MonkeyPatch, noop: bool) -> None:
+    """:attr:`ContextCache.release_noop`: the engine skips the call per task (the release is folded into the
+    acquire), and makes it, task by task, for a residency that does not say so: the same run either way."""
+    released = [0]
+
+    class Counted(ContextCache):
+        release_noop = noop
+
+        def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+            released[0] += 1
+            return super().release(task, layers, now)
+
+    setup = replace(_slow_copies(30), trace_max_events=10**6)
+    plain = simulate_run(setup)
+    monkeypatch.setattr(run, "ContextCache", Counted)
+    assert simulate_run(setup) == plain
+    assert released[0] == (0 if noop else 3 * 30 * setup.plan.num_stages)

@@ -58,9 +58,16 @@ class Residency(Protocol):
     def replaced(self, layer: int) -> None:
         """A newer state of ``layer`` arrived from another stage (mirroring)."""
 
+    @property
+    def release_noop(self) -> bool:
+        """True when :meth:`release` changes nothing and returns its ``now``: the engine need not call it (a
+        Python call per task saved where the release was folded into the acquire, as :class:`ContextCache`'s)."""
+
 
 class Resident:
     """Every layer of the stage stays on the device: each use is a hit, nothing is copied."""
+
+    release_noop = True
 
     def __init__(self) -> None:
         self.stats = CopyStats()
@@ -83,6 +90,8 @@ class SynchronousSwap:
     cost table prices it (:class:`naspipe.sim.tables.SwapBlock`, equal entry by entry) and the
     loop fills :attr:`stats`. These methods remain the definition, and drive any other use.
     """
+
+    release_noop = False  # the write-back
 
     def __init__(self, costs: CostModel, trainable: frozenset[int]) -> None:
         self.stats = CopyStats()
@@ -133,8 +142,10 @@ class ContextCache:
     the stage's residency between them (a stage runs one task at a time; mirrors arrive at events of
     their own). So :meth:`acquire` makes the worker's three cache calls as one,
     :meth:`DeviceCache.acquire_prefetch_release` (the same moves and state), and :meth:`release` has
-    nothing left to do.
+    nothing left to do (:attr:`release_noop`: the engine does not call it).
     """
+
+    release_noop = True
 
     def __init__(self, policy: StagePolicy, plan: PipelinePlan, costs: CostModel, budget: int,
                  sizes: dict[int, int], horizon: int, end: int) -> None:
@@ -159,7 +170,11 @@ class ContextCache:
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         landing = self.landing
         if landing:
-            self._land(now)
+            if self._last_lands <= now:  # all have landed (one copy engine runs them in turn: the last lands last)
+                self.cache.arrived_all(landing)
+                landing.clear()
+            else:
+                self._land_due(now)
         # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
         upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
         update = task[0] is UPDATE
@@ -199,14 +214,10 @@ class ContextCache:
         self.wait_s += ready - now
         return ready
 
-    def _land(self, now: float) -> None:
-        """The copies landed by ``now`` arrive: all of them when the last one started has (one copy engine runs
-        them in turn, so it lands last), else those due."""
+    def _land_due(self, now: float) -> None:
+        """The copies landed by ``now`` arrive (the last one started has not: :meth:`acquire` lands all at once
+        otherwise)."""
         landing = self.landing
-        if self._last_lands <= now:
-            self.cache.arrived_all(landing)
-            landing.clear()
-            return
         landed = [lid for lid, lands in landing.items() if lands <= now]
         for lid in landed:
             del landing[lid]
