@@ -243,16 +243,22 @@ class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
     stage, cost more per lookup and stop holding a long run's window. A missing task is answered from those
     caches directly (as :func:`~naspipe.scheduling.predictor.layer_uses` does: about one task in four is new,
     and the call through ``task_layers`` doubled its price); a forward and its backward get the plan's one
-    tuple. Keyed by tasks, forgotten by plain (kind, subnet, stage) tuples (equal, same hash)."""
+    tuple. An update's from the plan's per-subnet ``trainable_slices`` (the same layers as ``trainable_layers``:
+    one pass per subnet for every stage, then a lookup, where the per-stage cache filtered the stage's layers
+    in two more Python calls at each new update). Keyed by tasks, forgotten by plain (kind, subnet, stage)
+    tuples (equal, same hash)."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
         self.plan = plan
-        self._stage_layers, self._trainable_layers = plan.stage_layers, plan.trainable_layers
+        self._stage_layers, self._trainable_slices = plan.stage_layers, plan.trainable_slices
 
     def __missing__(self, task: Task) -> tuple[int, ...]:
         kind, subnet, stage = task
-        layers = self[task] = (self._trainable_layers if kind is UPDATE else self._stage_layers)(subnet, stage)
+        if kind is UPDATE:
+            layers = self[task] = self._trainable_slices(subnet)[stage]
+        else:
+            layers = self[task] = self._stage_layers(subnet, stage)
         return layers
 
     def forget(self, update: Task) -> None:
