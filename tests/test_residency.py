@@ -8,6 +8,7 @@ import pytest
 
 from naspipe.config import CacheConfig
 from naspipe.scheduling import PolicyOptions
+from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.predictor import task_layers
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Task
 from naspipe.sim import run
@@ -18,10 +19,16 @@ from naspipe.sim.run import SimSetup, simulate_run
 from tests.conftest import make_plan
 
 
-def test_task_layers_memo_answers_as_task_layers_and_forgets_a_subnet_at_its_update() -> None:
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_task_layers_memo_answers_as_task_layers_and_forgets_a_subnet_at_its_update(mirrored: bool) -> None:
     """Answered from the plan's caches directly, it must equal :func:`task_layers` for every kind (an update's
-    are the trainable layers only) on every stage; an update drops the subnet's three entries there."""
+    are the trainable layers only) on every stage, on a static plan (slices of the subnet's layers) and with
+    per-subnet partitions (the plan's per-stage cache); an update drops the subnet's three entries there."""
     plan = make_plan(6, 3, 3)
+    if mirrored:  # uneven costs: the subnets' own cuts differ from the home partition's
+        costs = [1.0 + (lid * 7) % 5 for lid in range(plan.structure.num_layers)]
+        plan = PipelinePlan.per_subnet(plan.structure, plan.partition, plan.stream, costs)
+        assert any(plan.partition_of(s).bounds != plan.partition.bounds for s in range(5))
     differ = 0  # updates whose layers are not the forward's (the frozen shared layers of the end stages)
     for stage in range(plan.num_stages):
         memo = _TaskLayers(plan)

@@ -243,20 +243,26 @@ class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
     stage, cost more per lookup and stop holding a long run's window. A missing task is answered from those
     caches directly (as :func:`~naspipe.scheduling.predictor.layer_uses` does: about one task in four is new,
     and the call through ``task_layers`` doubled its price); a forward and its backward get the plan's one
-    tuple. An update's from the plan's per-subnet ``trainable_slices`` (the same layers as ``trainable_layers``:
-    one pass per subnet for every stage, then a lookup, where the per-stage cache filtered the stage's layers
-    in two more Python calls at each new update). Keyed by tasks, forgotten by plain (kind, subnet, stage)
-    tuples (equal, same hash)."""
+    tuple. The lists come from the plan's per-subnet caches: an update's from ``trainable_slices`` (the same
+    layers as ``trainable_layers``), and on a static plan a forward's or backward's as the stage's slice of
+    ``subnet_layers`` (what ``stage_layers`` computes): a lookup and a slice, where the per-stage caches made one
+    or two more Python calls and an insertion into their full LRU at each new task (per-subnet partitions still
+    ask ``stage_layers``). Keyed by tasks, forgotten by plain (kind, subnet, stage) tuples (equal, same hash)."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
         self.plan = plan
         self._stage_layers, self._trainable_slices = plan.stage_layers, plan.trainable_slices
+        self._subnet_layers = None if plan.mirrored else plan.subnet_layers
+        self._bounds = plan.partition.bounds
 
     def __missing__(self, task: Task) -> tuple[int, ...]:
         kind, subnet, stage = task
         if kind is UPDATE:
             layers = self[task] = self._trainable_slices(subnet)[stage]
+        elif self._subnet_layers is not None:  # a static plan: the stage's positions of the subnet's layers
+            bounds = self._bounds
+            layers = self[task] = self._subnet_layers(subnet)[bounds[stage]:bounds[stage + 1]]
         else:
             layers = self[task] = self._stage_layers(subnet, stage)
         return layers
