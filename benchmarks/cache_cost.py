@@ -330,13 +330,12 @@ def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 LEVELS = ("none", "predict", "layers", "full")
 """How much of ``ContextCache.acquire`` a ``levels`` run keeps: nothing (the task starts now), the prediction,
-the prediction's layer lists (with the update's ``forget``), or all of it (the cache's moves and waits)."""
+the prediction's layer lists (with the started task's entry dropped), or all of it (the cache's moves and waits)."""
 
 
 def _cut_acquire(level: str) -> None:
     """Replace ``ContextCache.acquire`` by the part of it that ``level`` keeps (:data:`LEVELS`)."""
     from naspipe.scheduling.predictor import predict
-    from naspipe.scheduling.task import UPDATE
 
     def cut(self: residency.ContextCache, task: Any, layers: Any, now: float) -> float:
         if level == "none":
@@ -344,8 +343,7 @@ def _cut_acquire(level: str) -> None:
         tasks = predict(self.policy, self.horizon, self.end, running=task)
         if level == "layers":
             list(map(self._layers_of, tasks))
-            if task[0] is UPDATE:
-                self._uses.forget(task)
+            self._uses.pop(task, None)
         return now
 
     if level != "full":

@@ -20,10 +20,10 @@ from tests.conftest import make_plan
 
 
 @pytest.mark.parametrize("mirrored", [False, True])
-def test_task_layers_memo_answers_as_task_layers_and_forgets_a_subnet_at_its_update(mirrored: bool) -> None:
+def test_task_layers_memo_answers_as_task_layers(mirrored: bool) -> None:
     """Answered from the plan's caches directly, it must equal :func:`task_layers` for every kind (an update's
     are the trainable layers only) on every stage, on a static plan (slices of the subnet's layers) and with
-    per-subnet partitions (the plan's per-stage cache); an update drops the subnet's three entries there."""
+    per-subnet partitions (the plan's per-stage cache)."""
     plan = make_plan(6, 3, 3)
     if mirrored:  # uneven costs: the subnets' own cuts differ from the home partition's
         costs = [1.0 + (lid * 7) % 5 for lid in range(plan.structure.num_layers)]
@@ -35,7 +35,8 @@ def test_task_layers_memo_answers_as_task_layers_and_forgets_a_subnet_at_its_upd
         tasks = [Task(kind, subnet, stage) for subnet in range(5) for kind in (FORWARD, BACKWARD, UPDATE)]
         assert [memo[task] for task in tasks] == [task_layers(plan, task) for task in tasks]
         differ += sum(memo[Task(UPDATE, s, stage)] != memo[Task(FORWARD, s, stage)] for s in range(5))
-        memo.forget(Task(UPDATE, 2, stage))
+        for kind in (FORWARD, BACKWARD, UPDATE):  # as ContextCache.acquire drops a task's entry when it starts
+            memo.pop(Task(kind, 2, stage), None)
         assert set(memo) == {task for task in tasks if task.subnet != 2}
     assert differ
 
@@ -96,3 +97,25 @@ def test_the_engine_calls_release_unless_every_residency_says_it_does_nothing(
     monkeypatch.setattr(run, "ContextCache", Counted)
     assert simulate_run(setup) == plain
     assert released[0] == (0 if noop else 3 * 30 * setup.plan.num_stages)
+
+
+def test_the_layer_list_memo_holds_only_tasks_yet_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's list is dropped when the task starts: at every task the memo holds only tasks that have not
+    started, and at the end of the run (every predicted task ran) it is empty on every stage."""
+    made: list[ContextCache] = []
+
+    class Watched(ContextCache):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            made.append(self)
+            self.ran: set[Task] = set()
+
+        def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+            self.ran.add(task)
+            ready = super().acquire(task, layers, now)
+            assert self.ran.isdisjoint(self._uses)
+            return ready
+
+    monkeypatch.setattr(run, "ContextCache", Watched)
+    simulate_run(_slow_copies(40))
+    assert made and all(not residency._uses and len(residency.ran) == 3 * 40 for residency in made)

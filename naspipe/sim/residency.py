@@ -156,9 +156,10 @@ class ContextCache:
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands
         self.wait_s = 0.0
-        # layer_uses' lists, kept per task until the subnet's update here (the plan's caches hold every stage's)
+        # layer_uses' lists, kept per task until it starts (the plan's caches hold every stage's)
         self._uses = _TaskLayers(plan)
         self._layers_of = self._uses.__getitem__
+        self._started = self._uses.pop
         self._last_lands = 0.0  # when the last copy in lands (the copy engine's copies end in order)
         self._copy_s: dict[int, float] = {}  # copy seconds by bytes (a layer's few sizes): no call per move
 
@@ -177,9 +178,8 @@ class ContextCache:
                 self._land_due(now)
         # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
         upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
+        self._started(task, None)  # a task that started is not predicted again: its list goes (if it was kept)
         update = task[0] is UPDATE
-        if update:  # the subnet's last task here: its lists are not asked for again
-            self._uses.forget(task)
         # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
         # between a task's acquire and its release (the engine calls them back to back), so one call
         moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
@@ -240,14 +240,15 @@ class ContextCache:
 class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
     """:func:`naspipe.scheduling.predictor.task_layers` of one stage's tasks, memoised by task: a subnet's tasks
     are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for every
-    stage, cost more per lookup and stop holding a long run's window. A missing task is answered from those
-    caches directly (as :func:`~naspipe.scheduling.predictor.layer_uses` does: about one task in four is new,
-    and the call through ``task_layers`` doubled its price); a forward and its backward get the plan's one
-    tuple. The lists come from the plan's per-subnet caches: an update's from ``trainable_slices`` (the same
-    layers as ``trainable_layers``), and on a static plan a forward's or backward's as the stage's slice of
-    ``subnet_layers`` (what ``stage_layers`` computes): a lookup and a slice, where the per-stage caches made one
-    or two more Python calls and an insertion into their full LRU at each new task (per-subnet partitions still
-    ask ``stage_layers``). Keyed by tasks, forgotten by plain (kind, subnet, stage) tuples (equal, same hash)."""
+    stage, cost more per lookup and stop holding a long run's window.
+
+    A missing task (about one in four) is answered from the plan's per-subnet caches: an update's from
+    ``trainable_slices`` (the same layers as ``trainable_layers``), and on a static plan a forward's or
+    backward's as the stage's slice of ``subnet_layers`` (what ``stage_layers`` computes): a lookup and a slice,
+    where the per-stage caches made one or two more Python calls and an insertion into their full LRU at each
+    new task (per-subnet partitions still ask ``stage_layers``). An entry goes when its task starts
+    (:meth:`ContextCache.acquire`: one ``pop`` per task, no call per update): every task predicted here runs
+    here, and none is predicted once it started, so the memo holds the predicted window."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
@@ -266,15 +267,6 @@ class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
         else:
             layers = self[task] = self._stage_layers(subnet, stage)
         return layers
-
-    def forget(self, update: Task) -> None:
-        """The subnet's update started: none of its tasks here is predicted again (plain tuples as keys: a task
-        equals and hashes as its fields' tuple)."""
-        _, subnet, stage = update
-        pop = self.pop
-        pop(update, None)
-        pop((FORWARD, subnet, stage), None)
-        pop((BACKWARD, subnet, stage), None)
 
 
 def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
