@@ -8,6 +8,8 @@ Four measurements, each for the tree on ``PYTHONPATH`` (run once per tree to com
     python benchmarks/cache_cost.py residency --subnets 300        # the cache path without the predictor
     python benchmarks/cache_cost.py residency --subnets 300 --split  # ... and where its time goes
     python benchmarks/cache_cost.py levels --subnets 2000 --repeats 3  # the whole command, layer by layer
+    python benchmarks/cache_cost.py opcodes --subnets 100             # bytecodes per task in the cache's modules
+    python benchmarks/cache_cost.py pairs --trees A B --subnets 2000 --repeats 3  # two trees' commands, alternately
 
 ``window`` runs ``naspipe simulate`` (toy, 126 blocks x 24 candidates, csp, uniform costs,
 ``cache.enabled=true``) in this process and takes the process's CPU clock every 192,000
@@ -22,15 +24,21 @@ predictor (what docs/cache-performance.md calls the cache's share). ``levels`` r
 fresh processes with ``ContextCache.acquire`` cut down to each of :data:`LEVELS` in turn (alternating, the
 median CPU seconds of each): what the engine costs with a residency that does nothing, and what the
 prediction, the upcoming tasks' layer lists and the cache each add on top. Only ``full`` is the real run
-(the others never wait for a copy, so their schedules differ a little). Timings vary with the machine's
-load: compare trees alternately, in one sitting.
+(the others never wait for a copy, so their schedules differ a little). ``opcodes`` counts the bytecodes run in
+``sim/residency.py`` and ``context/cache.py`` per task, by function (``sys.settrace`` opcode events: the same on a
+loaded machine as on a quiet one; the run is slow under it). ``pairs`` runs the issue's command (``python -m naspipe
+simulate ...``, a fresh process) from each tree's directory with ``PYTHONPATH`` set to it, the trees alternating,
+and reports wall and user seconds, peak memory and the outputs' sha256 (equal outputs: the same decisions).
+Timings vary with the machine's load: compare trees alternately, in one sitting.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
+import os
 import pickle
 import statistics
 import subprocess
@@ -322,13 +330,12 @@ def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 LEVELS = ("none", "predict", "layers", "full")
 """How much of ``ContextCache.acquire`` a ``levels`` run keeps: nothing (the task starts now), the prediction,
-the prediction's layer lists (with the update's ``forget``), or all of it (the cache's moves and waits)."""
+the prediction's layer lists (with the started task's entry dropped), or all of it (the cache's moves and waits)."""
 
 
 def _cut_acquire(level: str) -> None:
     """Replace ``ContextCache.acquire`` by the part of it that ``level`` keeps (:data:`LEVELS`)."""
     from naspipe.scheduling.predictor import predict
-    from naspipe.scheduling.task import UPDATE
 
     def cut(self: residency.ContextCache, task: Any, layers: Any, now: float) -> float:
         if level == "none":
@@ -336,8 +343,7 @@ def _cut_acquire(level: str) -> None:
         tasks = predict(self.policy, self.horizon, self.end, running=task)
         if level == "layers":
             list(map(self._layers_of, tasks))
-            if task[0] is UPDATE:
-                self._uses.forget(task)
+            self._uses.pop(task, None)
         return now
 
     if level != "full":
@@ -362,9 +368,66 @@ def levels(subnets: int, stages: int, repeats: int) -> dict[str, Any]:
             "median_s": median, "added_us_per_task": added}
 
 
+MODULES = ("sim/residency.py", "context/cache.py")
+
+
+def opcodes(subnets: int, stages: int) -> dict[str, Any]:
+    """Bytecodes run per task in :data:`MODULES`, by function name, over one run in this process."""
+    counts: dict[str, int] = {}
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            name = frame.f_code.co_name
+            counts[name] = counts.get(name, 0) + 1
+        return local
+
+    def called(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename.endswith(MODULES):
+            frame.f_trace_opcodes = True
+            return local
+        return None
+
+    sys.settrace(called)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            simulate(subnets, stages, Path(tmp) / "run")
+    finally:
+        sys.settrace(None)
+    tasks = 3 * subnets * stages
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    return {"tasks": tasks, "per_task": round(sum(counts.values()) / tasks, 1),
+            "by_function": {name: round(count / tasks, 1) for name, count in ranked}}
+
+
+def pairs(trees: list[Path], subnets: int, stages: int, repeats: int) -> dict[str, Any]:
+    """The issue's command from each tree in turn, ``repeats`` rounds: wall and user seconds, peak KB, sha256."""
+    runs: dict[str, list[dict[str, Any]]] = {str(tree): [] for tree in trees}
+    for _ in range(repeats):
+        for tree in trees:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "run"
+                command = [sys.executable, "-m", "naspipe", "simulate", "--space", "toy", "--set", "space.blocks=126",
+                           "--set", "space.candidates=24", "--system", "csp", "--stages", str(stages), "--steps",
+                           str(subnets), "--costs", "uniform", "--set", "cache.enabled=true", "--out", str(out)]
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                start = time.perf_counter()
+                child = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL)
+                _, status, usage = os.wait4(child.pid, 0)
+                wall = time.perf_counter() - start
+                if status:
+                    raise RuntimeError(f"{tree}: the command failed ({status})")
+                digests = {name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+                           for name in ("metrics.json", "trace.json")}
+            runs[str(tree)].append({"wall_s": round(wall, 2), "user_s": round(usage.ru_utime, 2),
+                                    "max_kb": usage.ru_maxrss, **digests})
+    return {tree: {"runs": done, "median_wall_s": statistics.median(r["wall_s"] for r in done),
+                   "median_user_s": statistics.median(r["user_s"] for r in done)} for tree, done in runs.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("window", "record", "replay", "residency", "levels", "_level"))
+    parser.add_argument("what", choices=("window", "record", "replay", "residency", "levels", "_level", "opcodes",
+                                         "pairs"))
     parser.add_argument("level", nargs="?", choices=LEVELS, help="_level (internal: one run of levels)")
     parser.add_argument("--subnets", type=int, default=3000)
     parser.add_argument("--stages", type=int, default=64)
@@ -372,9 +435,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--apart", action="store_true", help="replay: each recorded call as it was made")
     parser.add_argument("--split", action="store_true", help="residency: also where the time goes (see _split)")
+    parser.add_argument("--trees", type=Path, nargs="+", help="pairs: the checkouts to run, in turn")
     args = parser.parse_args(argv)
     if args.what == "window":
         print(json.dumps(window(args.subnets, args.stages)))
+    elif args.what == "opcodes":
+        print(json.dumps(opcodes(args.subnets, args.stages)))
+    elif args.what == "pairs":
+        if not args.trees:
+            parser.error("pairs needs --trees A [B ...]")
+        print(json.dumps(pairs([tree.resolve() for tree in args.trees], args.subnets, args.stages, args.repeats)))
     elif args.what == "levels":
         print(json.dumps(levels(args.subnets, args.stages, args.repeats)))
     elif args.what == "_level":

@@ -263,3 +263,10 @@ def test_a_prefetch_that_cannot_free_enough_stops_before_evicting() -> None:
     assert cache.prefetch([[2], [4, 1], [3]]) == []
     assert cache.choose_victims(10, [[2], [4, 1], [3]], before=1) is None
     assert cache.choose_victims(10, [[2], [4, 1], [3]]) == [3, 1]  # any: furthest use first (3 at 2, then 1)
+
+
+def test_layers_resident_at_the_start_have_arrived_and_count_in_the_peak() -> None:
+    cache = DeviceCache(30, {1: 10, 2: 12, 3: 5}, resident=[1, 2])
+    assert cache.is_resident(1) and cache.is_resident(2) and not cache.holds(3)
+    assert cache.used == cache.stats.peak_bytes == 22 and cache.stats.swap_in_bytes == 0
+    assert cache.acquire([3]) == [Move(3, 5, "in")] and cache.stats.peak_bytes == 27

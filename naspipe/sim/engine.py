@@ -206,6 +206,7 @@ class _Engine:
         swap = self.swapped is not None  # VPipe's copies, priced by the table
         generic = not swap and any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
         resident = not swap and not generic
+        releasing = generic and not all(c.release_noop for c in copies)  # else no release call per task (all no-ops)
         stats = [c.stats for c in copies]
         swap_in, swap_out = [s.in_bytes for s in stats], [s.out_bytes for s in stats]  # added to in task order
         swap_wait = [s.wait_s for s in stats]
@@ -305,7 +306,7 @@ class _Engine:
                     if not generic:  # forward, backward and this update each used their layers (hit or miss)
                         uses[k] += blk.uses[i]
                 free = end
-                if generic:
+                if releasing:
                     free = copies[k].release(task, layers, end)
                     if free > end:
                         waiting_s[k] += free - end

@@ -58,9 +58,16 @@ class Residency(Protocol):
     def replaced(self, layer: int) -> None:
         """A newer state of ``layer`` arrived from another stage (mirroring)."""
 
+    @property
+    def release_noop(self) -> bool:
+        """True when :meth:`release` changes nothing and returns its ``now``: the engine need not call it (a
+        Python call per task saved where the release was folded into the acquire, as :class:`ContextCache`'s)."""
+
 
 class Resident:
     """Every layer of the stage stays on the device: each use is a hit, nothing is copied."""
+
+    release_noop = True
 
     def __init__(self) -> None:
         self.stats = CopyStats()
@@ -83,6 +90,8 @@ class SynchronousSwap:
     cost table prices it (:class:`naspipe.sim.tables.SwapBlock`, equal entry by entry) and the
     loop fills :attr:`stats`. These methods remain the definition, and drive any other use.
     """
+
+    release_noop = False  # the write-back
 
     def __init__(self, costs: CostModel, trainable: frozenset[int]) -> None:
         self.stats = CopyStats()
@@ -133,8 +142,10 @@ class ContextCache:
     the stage's residency between them (a stage runs one task at a time; mirrors arrive at events of
     their own). So :meth:`acquire` makes the worker's three cache calls as one,
     :meth:`DeviceCache.acquire_prefetch_release` (the same moves and state), and :meth:`release` has
-    nothing left to do.
+    nothing left to do (:attr:`release_noop`: the engine does not call it).
     """
+
+    release_noop = True
 
     def __init__(self, policy: StagePolicy, plan: PipelinePlan, costs: CostModel, budget: int,
                  sizes: dict[int, int], horizon: int, end: int) -> None:
@@ -145,9 +156,10 @@ class ContextCache:
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands
         self.wait_s = 0.0
-        # layer_uses' lists, kept per task until the subnet's update here (the plan's caches hold every stage's)
+        # layer_uses' lists, kept per task until it starts (the plan's caches hold every stage's)
         self._uses = _TaskLayers(plan)
         self._layers_of = self._uses.__getitem__
+        self._started = self._uses.pop
         self._last_lands = 0.0  # when the last copy in lands (the copy engine's copies end in order)
         self._copy_s: dict[int, float] = {}  # copy seconds by bytes (a layer's few sizes): no call per move
 
@@ -159,12 +171,15 @@ class ContextCache:
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         landing = self.landing
         if landing:
-            self._land(now)
+            if self._last_lands <= now:  # all have landed (one copy engine runs them in turn: the last lands last)
+                self.cache.arrived_all(landing)
+                landing.clear()
+            else:
+                self._land_due(now)
         # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
         upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
+        self._started(task, None)  # a task that started is not predicted again: its list goes (if it was kept)
         update = task[0] is UPDATE
-        if update:  # the subnet's last task here: its lists are not asked for again
-            self._uses.forget(task)
         # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
         # between a task's acquire and its release (the engine calls them back to back), so one call
         moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
@@ -199,14 +214,10 @@ class ContextCache:
         self.wait_s += ready - now
         return ready
 
-    def _land(self, now: float) -> None:
-        """The copies landed by ``now`` arrive: all of them when the last one started has (one copy engine runs
-        them in turn, so it lands last), else those due."""
+    def _land_due(self, now: float) -> None:
+        """The copies landed by ``now`` arrive (the last one started has not: :meth:`acquire` lands all at once
+        otherwise)."""
         landing = self.landing
-        if self._last_lands <= now:
-            self.cache.arrived_all(landing)
-            landing.clear()
-            return
         landed = [lid for lid, lands in landing.items() if lands <= now]
         for lid in landed:
             del landing[lid]
@@ -229,29 +240,33 @@ class ContextCache:
 class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
     """:func:`naspipe.scheduling.predictor.task_layers` of one stage's tasks, memoised by task: a subnet's tasks
     are predicted several times before they run, and the plan's caches, keyed by (subnet, stage) for every
-    stage, cost more per lookup and stop holding a long run's window. A missing task is answered from those
-    caches directly (as :func:`~naspipe.scheduling.predictor.layer_uses` does: about one task in four is new,
-    and the call through ``task_layers`` doubled its price); a forward and its backward get the plan's one
-    tuple. Keyed by tasks, forgotten by plain (kind, subnet, stage) tuples (equal, same hash)."""
+    stage, cost more per lookup and stop holding a long run's window.
+
+    A missing task (about one in four) is answered from the plan's per-subnet caches: an update's from
+    ``trainable_slices`` (the same layers as ``trainable_layers``), and on a static plan a forward's or
+    backward's as the stage's slice of ``subnet_layers`` (what ``stage_layers`` computes): a lookup and a slice,
+    where the per-stage caches made one or two more Python calls and an insertion into their full LRU at each
+    new task (per-subnet partitions still ask ``stage_layers``). An entry goes when its task starts
+    (:meth:`ContextCache.acquire`: one ``pop`` per task, no call per update): every task predicted here runs
+    here, and none is predicted once it started, so the memo holds the predicted window."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
         self.plan = plan
-        self._stage_layers, self._trainable_layers = plan.stage_layers, plan.trainable_layers
+        self._stage_layers, self._trainable_slices = plan.stage_layers, plan.trainable_slices
+        self._subnet_layers = None if plan.mirrored else plan.subnet_layers
+        self._bounds = plan.partition.bounds
 
     def __missing__(self, task: Task) -> tuple[int, ...]:
         kind, subnet, stage = task
-        layers = self[task] = (self._trainable_layers if kind is UPDATE else self._stage_layers)(subnet, stage)
+        if kind is UPDATE:
+            layers = self[task] = self._trainable_slices(subnet)[stage]
+        elif self._subnet_layers is not None:  # a static plan: the stage's positions of the subnet's layers
+            bounds = self._bounds
+            layers = self[task] = self._subnet_layers(subnet)[bounds[stage]:bounds[stage + 1]]
+        else:
+            layers = self[task] = self._stage_layers(subnet, stage)
         return layers
-
-    def forget(self, update: Task) -> None:
-        """The subnet's update started: none of its tasks here is predicted again (plain tuples as keys: a task
-        equals and hashes as its fields' tuple)."""
-        _, subnet, stage = update
-        pop = self.pop
-        pop(update, None)
-        pop((FORWARD, subnet, stage), None)
-        pop((BACKWARD, subnet, stage), None)
 
 
 def cache_sizes(costs: CostModel, structure: SpaceStructure) -> dict[int, int]:
