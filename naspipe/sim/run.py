@@ -123,6 +123,7 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: MemoryRepo
     # the runtime's measured span also holds its start-up and shutdown (hardware.run_overhead_s)
     makespan = (result.makespan + (0.0 if setup.costs.free_io else setup.costs.hardware.run_overhead_s)) or 1e-9
     busy = [s.busy for s in result.stages]
+    busy_total = plain_sum(busy)  # left to right: the same bits on every Python (naspipe.floats)
     bound = lower_bound(max(busy, default=0.0), path)
     for s in result.stages:
         s.seconds["waiting"] = max(makespan - s.busy, 0.0)
@@ -140,9 +141,9 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: MemoryRepo
         "makespan_s": makespan,
         "throughput_samples_s": n * setup.costs.batch / makespan,
         "subnets_per_hour": n / makespan * 3600.0,
-        "bubble_ratio": 1.0 - plain_sum(busy) / (d * makespan),
+        "bubble_ratio": 1.0 - busy_total / (d * makespan),
         "bubble_ratio_per_stage": [1.0 - b / makespan for b in busy],
-        "exec_s": plain_sum(busy) / max(n, 1),
+        "exec_s": busy_total / max(n, 1),
         "seconds_per_stage": [{c: s.seconds[c] for c in CATEGORIES} for s in result.stages],
         "swap_bytes": plain_sum(c.stats.in_bytes + c.stats.out_bytes for c in copies),
         "swap_wait_s": plain_sum(c.stats.wait_s for c in copies),
