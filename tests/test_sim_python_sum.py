@@ -12,6 +12,7 @@ reaches an output fails here on any Python, not only on the machine that has the
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 from collections.abc import Iterable
 from types import ModuleType
@@ -21,8 +22,6 @@ import pytest
 from tests.conftest import load_benchmark
 from tests.test_sim_golden import reference
 
-_builtin_sum = builtins.sum
-
 
 def compensated_sum(values: Iterable[float], /, start: float = 0) -> float:
     """CPython 3.12's ``sum`` for a run of floats: the total ``f`` plus a running compensation ``c``
@@ -31,18 +30,11 @@ def compensated_sum(values: Iterable[float], /, start: float = 0) -> float:
     total: float = start
     for x in items:
         if isinstance(x, float) or isinstance(total, float):
-            f, c = float(total) + float(x), 0.0
-            if math.fabs(float(total)) >= math.fabs(float(x)):
-                c += (float(total) - f) + float(x)
-            else:
-                c += (float(x) - f) + float(total)
-            for y in items:
+            f, c = float(total), 0.0
+            for y in itertools.chain((x,), items):
                 y = float(y)
                 t = f + y
-                if math.fabs(f) >= math.fabs(y):
-                    c += (f - t) + y
-                else:
-                    c += (y - t) + f
+                c += (f - t) + y if math.fabs(f) >= math.fabs(y) else (y - t) + f
                 f = t
             return f + c if c and math.isfinite(c) else f
         total = total + x
@@ -68,9 +60,9 @@ def test_a_sample_of_the_golden_grid_is_the_same_with_a_compensated_sum(monkeypa
     g = golden()
     sample = g.select(g.grid(), 3, None)  # a third of the grid: every system, stage count and cost model
     assert {c.costs for c in sample} == {"uniform", "profile", "analytic"}
-    monkeypatch.setattr(builtins, "sum", compensated_sum)
-    got = g.run(sample, None)
-    monkeypatch.setattr(builtins, "sum", _builtin_sum)
+    with monkeypatch.context() as patched:
+        patched.setattr(builtins, "sum", compensated_sum)
+        got = g.run(sample, None)
     assert g.check(reference(), got) == []
 
 
