@@ -59,11 +59,16 @@ WINDOW = 192_000  # tasks per window: about 1,000 subnets at 64 stages
 CALLS = ("acquire_and_prefetch", "acquire", "prefetch", "release", "arrived", "discard")
 
 
+def command(subnets: int, stages: int, out: Path) -> list[str]:
+    """The issue's command with the cache on: ``naspipe``'s arguments."""
+    return ["simulate", "--space", "toy", "--set", "space.blocks=126", "--set", "space.candidates=24",
+            "--system", "csp", "--stages", str(stages), "--steps", str(subnets), "--costs", "uniform",
+            "--set", "cache.enabled=true", "--out", str(out), "--overwrite"]
+
+
 def simulate(subnets: int, stages: int, out: Path) -> None:
     """The issue's command with the cache on, in this process."""
-    naspipe_main(["simulate", "--space", "toy", "--set", "space.blocks=126", "--set", "space.candidates=24",
-                  "--system", "csp", "--stages", str(stages), "--steps", str(subnets), "--costs", "uniform",
-                  "--set", "cache.enabled=true", "--out", str(out), "--overwrite"])
+    naspipe_main(command(subnets, stages, out))
 
 
 def window(subnets: int, stages: int) -> dict[str, Any]:
@@ -406,12 +411,10 @@ def pairs(trees: list[Path], subnets: int, stages: int, repeats: int) -> dict[st
         for tree in trees:
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "run"
-                command = [sys.executable, "-m", "naspipe", "simulate", "--space", "toy", "--set", "space.blocks=126",
-                           "--set", "space.candidates=24", "--system", "csp", "--stages", str(stages), "--steps",
-                           str(subnets), "--costs", "uniform", "--set", "cache.enabled=true", "--out", str(out)]
+                argv = [sys.executable, "-m", "naspipe", *command(subnets, stages, out)]
                 env = {**os.environ, "PYTHONPATH": str(tree)}
                 start = time.perf_counter()
-                child = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL)
+                child = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL)
                 _, status, usage = os.wait4(child.pid, 0)
                 wall = time.perf_counter() - start
                 if status:
