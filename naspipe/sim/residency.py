@@ -252,7 +252,6 @@ class _TaskLayers(dict[tuple[Kind, int, int], tuple[int, ...]]):
 
     def __init__(self, plan: PipelinePlan) -> None:
         super().__init__()
-        self.plan = plan
         self._stage_layers, self._trainable_slices = plan.stage_layers, plan.trainable_slices
         self._subnet_layers = None if plan.mirrored else plan.subnet_layers
         self._bounds = plan.partition.bounds
