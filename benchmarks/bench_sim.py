@@ -55,6 +55,9 @@ from naspipe.cli import main as naspipe_main  # noqa: E402
 from naspipe.config import load_config  # noqa: E402
 from naspipe.sim.hardware import Hardware, load_hardware  # noqa: E402
 
+sys.path.append(str(Path(__file__).resolve().parent))
+from machine_speed import reference_s  # noqa: E402
+
 SYSTEMS = ("sequential", "csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler")
 TINY = ("space.blocks=8", "space.candidates=4", "space.dim=64", "space.seq_len=16", "space.batch_size=8")
 KEYS = ("throughput_samples_s", "bubble_ratio")
@@ -503,6 +506,9 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
         out["command"] = scale_command(args)
     out["load_average_end"] = os.getloadavg()[0]
     print(f"load average at the end {out['load_average_end']:.2f} (medians of CPU and wall over repeats)")
+    out["machine"] = reference_s()
+    print(f"machine speed: reference workload {out['machine']['reference_s']:.3f} CPU s "
+          "(benchmarks/machine_speed.py: divide by it to compare sittings)")
     return out
 
 

@@ -55,15 +55,18 @@ from naspipe.cli import main as naspipe_main  # noqa: E402
 from naspipe.context import cache as cache_module  # noqa: E402
 from naspipe.sim import residency  # noqa: E402
 
+sys.path.append(str(Path(__file__).resolve().parent))
+from machine_speed import reference_s  # noqa: E402
+
 WINDOW = 192_000  # tasks per window: about 1,000 subnets at 64 stages
 CALLS = ("acquire_and_prefetch", "acquire", "prefetch", "release", "arrived", "discard")
 
 
-def command(subnets: int, stages: int, out: Path) -> list[str]:
-    """The issue's command with the cache on: ``naspipe``'s arguments."""
+def command(subnets: int, stages: int, out: Path, cache: bool = True) -> list[str]:
+    """The issue's command with the cache on (``cache``; off: item 1's command): ``naspipe``'s arguments."""
     return ["simulate", "--space", "toy", "--set", "space.blocks=126", "--set", "space.candidates=24",
             "--system", "csp", "--stages", str(stages), "--steps", str(subnets), "--costs", "uniform",
-            "--set", "cache.enabled=true", "--out", str(out), "--overwrite"]
+            *(["--set", "cache.enabled=true"] if cache else []), "--out", str(out), "--overwrite"]
 
 
 def simulate(subnets: int, stages: int, out: Path) -> None:
@@ -404,14 +407,14 @@ def opcodes(subnets: int, stages: int) -> dict[str, Any]:
             "by_function": {name: round(count / tasks, 1) for name, count in ranked}}
 
 
-def pairs(trees: list[Path], subnets: int, stages: int, repeats: int) -> dict[str, Any]:
+def pairs(trees: list[Path], subnets: int, stages: int, repeats: int, cache: bool = True) -> dict[str, Any]:
     """The issue's command from each tree in turn, ``repeats`` rounds: wall and user seconds, peak KB, sha256."""
     runs: dict[str, list[dict[str, Any]]] = {str(tree): [] for tree in trees}
     for _ in range(repeats):
         for tree in trees:
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "run"
-                argv = [sys.executable, "-m", "naspipe", *command(subnets, stages, out)]
+                argv = [sys.executable, "-m", "naspipe", *command(subnets, stages, out, cache)]
                 env = {**os.environ, "PYTHONPATH": str(tree)}
                 start = time.perf_counter()
                 child = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL)
@@ -441,15 +444,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trees", type=Path, nargs="+", help="pairs: the checkouts to run, in turn")
     args = parser.parse_args(argv)
     if args.what == "window":
-        print(json.dumps(window(args.subnets, args.stages)))
+        print(json.dumps({**window(args.subnets, args.stages), "machine": reference_s()}))
     elif args.what == "opcodes":
         print(json.dumps(opcodes(args.subnets, args.stages)))
     elif args.what == "pairs":
         if not args.trees:
             parser.error("pairs needs --trees A [B ...]")
-        print(json.dumps(pairs([tree.resolve() for tree in args.trees], args.subnets, args.stages, args.repeats)))
+        result = pairs([tree.resolve() for tree in args.trees], args.subnets, args.stages, args.repeats)
+        print(json.dumps({**result, "machine": reference_s()}))
     elif args.what == "levels":
-        print(json.dumps(levels(args.subnets, args.stages, args.repeats)))
+        print(json.dumps({**levels(args.subnets, args.stages, args.repeats), "machine": reference_s()}))
     elif args.what == "_level":
         _cut_acquire(args.level)
         start = time.process_time()
