@@ -14,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +98,8 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
     if trace_subnets is not None:
         setup = replace(setup, trace_subnets=trace_subnets)
-    metrics, trace = simulate_run(setup)
+    with admission_bar(config.progress, setup.subnets) as on_admit:
+        metrics, trace = simulate_run(setup, on_admit)
     metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch,
                          "partition_by": partition_by}
     if run_dir.work.exists():
@@ -106,6 +110,28 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     atomic_write(run_dir.work / "trace.json", lambda f: _write_trace(trace, f, about))
     rundir.publish(run_dir)
     return metrics
+
+
+@contextmanager
+def admission_bar(mode: str, subnets: int) -> Iterator[Callable[[int], None] | None]:
+    """The engine's progress callback: a tqdm bar of subnets admitted on stderr (``progress``: on, or auto when
+    stderr is a terminal; a bar in a log is noise), None when off. A long run (64 x 100,000 with the context
+    cache: minutes) shows it is moving and how far; the bar goes when the run ends or fails."""
+    if mode == "off" or (mode == "auto" and not _stderr_is_tty()):
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=subnets, unit="subnet", desc="admitted", dynamic_ncols=True, file=sys.stderr,
+              leave=False) as bar:
+        yield lambda count: bar.update(count - bar.n)
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def trace_about(subnets: int, trace_subnets: int, max_events: int, metrics: dict[str, Any]) -> dict[str, Any]:

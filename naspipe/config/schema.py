@@ -118,7 +118,8 @@ class Config:
     device: Literal["auto", "cpu", "cuda"] = _doc("device of the stage workers", default="auto")
     timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
     progress: Literal["auto", "on", "off"] = _doc(
-        "progress bar on the last stage (auto: when a terminal)", default="auto"
+        "progress bar on stderr (train: subnets done on the last stage; simulate: subnets admitted; "
+        "auto: when a terminal)", default="auto"
     )
 
     @property

@@ -106,18 +106,20 @@ def simulate(
     record_order: bool = False,
     trace_max_events: int = 0,
     trace_subnets: int = 0,
+    on_admit: Callable[[int], None] | None = None,
 ) -> SimResult:
     """Simulate ``num_subnets`` subnets of ``plan`` under ``system``; DeadlockError if it stalls.
 
     The trace holds at most ``trace_max_events`` spans per stage, of the first and last
     ``trace_subnets`` subnets only (0: of every subnet): a long run's trace shows its start
-    and its steady end at a bounded size (:func:`trace_window`)."""
+    and its steady end at a bounded size (:func:`trace_window`). ``on_admit(count)`` is called after each
+    admission with the subnets admitted so far (a progress bar: once per subnet, off the per-task path)."""
     policies = [make_policy(system, k, plan, options) for k in range(plan.num_stages)]
     for policy in policies:
         policy.stream_ends_at(num_subnets)
     copies = [residency(k, policies[k]) if residency else Resident() for k in range(plan.num_stages)]
     engine = _Engine(plan, policies, num_subnets, costs, recompute, copies, record_order, trace_max_events,
-                     trace_window(num_subnets, trace_subnets))
+                     trace_window(num_subnets, trace_subnets), on_admit)
     with _collector_paused():
         return engine.run()
 
@@ -171,7 +173,7 @@ class _Engine:
 
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
                  copies: list[Residency], record_order: bool, trace_max: int,
-                 window: tuple[int, int] | None = None) -> None:
+                 window: tuple[int, int] | None = None, on_admit: Callable[[int], None] | None = None) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
         self.swapped = _swapped_layers(plan, copies, costs)
@@ -181,6 +183,7 @@ class _Engine:
         self.copies = copies
         self.record_order, self.trace_left = record_order, [trace_max] * len(policies)
         self.head, self.tail = window or (n, n)  # subnets traced: y < head or y >= tail
+        self.on_admit = on_admit
         d = len(policies)
         self.results = [StageResult() for _ in policies]
         self.waiting_s, self.sent_bytes, self.spans, self.ends = [0.0] * d, [0.0] * d, [0] * d, [0.0] * d
@@ -193,7 +196,7 @@ class _Engine:
         policies, n, d = self.policies, self.n, len(self.policies)
         last = d - 1
         first = policies[0]
-        may_admit, admit = first.may_admit, first.admit
+        may_admit, admit, on_admit = first.may_admit, first.admit, self.on_admit
         next_task = [p.next_task for p in policies]
         completed = [p.completed for p in policies]
         completed_then_next = [p.completed_then_next for p in policies]
@@ -245,6 +248,8 @@ class _Engine:
                     admit(first.admitted)
                     if ask[0]:
                         ask = (0, *ask)
+                    if on_admit is not None:
+                        on_admit(first.admitted)
             for k in ask:
                 if k == fused:
                     task, fused = fused_task, -1

@@ -83,8 +83,10 @@ def residency_for(setup: SimSetup, budgets: list[int] | None = None) -> Residenc
     return lambda stage, policy: Resident()
 
 
-def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object]]]:
-    """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked)."""
+def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
+                 ) -> tuple[dict[str, Any], list[dict[str, object]]]:
+    """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked);
+    ``on_admit``: the engine's progress callback (:func:`naspipe.sim.engine.simulate`)."""
     recompute = effective_recompute(setup.system, setup.recompute)
     setup = replace(setup, costs=with_weight_stash(setup.costs, systems.get(setup.system).stash_weights))
     budgets = cache_budgets(setup) if uses_cache(setup) else None  # once: layer bytes do not depend on the batch
@@ -98,7 +100,7 @@ def simulate_run(setup: SimSetup) -> tuple[dict[str, Any], list[dict[str, object
     try:
         result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
                           residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
-                          trace_subnets=setup.trace_subnets)
+                          trace_subnets=setup.trace_subnets, on_admit=on_admit)
     except BaseException:
         if aside is not None:
             aside.cancel()
