@@ -23,8 +23,13 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from naspipe.report.document import cpu_model  # noqa: E402
 
 ROUNDS = 200_000  # about 0.2-0.35 CPU s per run on the 2-core machines of 2026-11
 
@@ -87,18 +92,7 @@ def reference_s(repeats: int = 5, rounds: int = ROUNDS) -> dict[str, Any]:
     if len(checksums) != 1:
         raise RuntimeError(f"the reference workload gave different results: {sorted(checksums)}")
     return {"reference_s": statistics.median(runs), "runs": runs, "rounds": rounds,
-            "python": platform.python_version(), "cpu": _cpu_model(), "load_1min": os.getloadavg()[0]}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+            "python": platform.python_version(), "cpu": cpu_model(), "load_1min": os.getloadavg()[0]}
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shlex
 import subprocess
@@ -63,6 +64,7 @@ from naspipe import systems  # noqa: E402
 from naspipe.fsutil import atomic_write_text  # noqa: E402
 from naspipe.plan import datasets, paths  # noqa: E402
 from naspipe.plan.workflow import Workflow, space_options  # noqa: E402
+from naspipe.report.document import cpu_field  # noqa: E402
 
 STEPS = 72
 STAGES = (1, 2, 4)
@@ -179,19 +181,8 @@ def kernel_family() -> str:
     (``torch.backends.cpu.get_cpu_capability``) and the CPU's vendor (MKL dispatches on it)."""
     import torch
 
-    return f"torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()} {_cpu_vendor()}"
-
-
-def _cpu_vendor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown"
+    vendor = cpu_field("vendor_id") or platform.processor() or platform.machine() or "unknown"
+    return f"torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()} {vendor}"
 
 
 def references(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -205,9 +196,7 @@ def references(body: dict[str, Any]) -> list[dict[str, Any]]:
 def closest(refs: list[dict[str, Any]], found: dict[str, dict[str, str]]) -> tuple[dict[str, Any], list[str]]:
     """The reference that the runs match best (fewest differing runs; the first recorded on a tie) and its
     :func:`differences`: one family's reference must hold for every run."""
-    scored = [(len(bad), i, ref, bad) for i, ref in enumerate(refs) for bad in [differences(ref["runs"], found)]]
-    _, _, ref, bad = min(scored, key=lambda t: (t[0], t[1]))
-    return ref, bad
+    return min(((ref, differences(ref["runs"], found)) for ref in refs), key=lambda scored: len(scored[1]))
 
 
 def recorded(body: dict[str, Any], machine: str, runs: dict[str, dict[str, str]], steps: int) -> dict[str, Any]:

@@ -117,7 +117,9 @@ def admission_bar(mode: str, subnets: int) -> Iterator[Callable[[int], None] | N
     """The engine's progress callback: a tqdm bar of subnets admitted on stderr (``progress``: on, or auto when
     stderr is a terminal; a bar in a log is noise), None when off. A long run (64 x 100,000 with the context
     cache: minutes) shows it is moving and how far; the bar goes when the run ends or fails."""
-    if mode == "off" or (mode == "auto" and not _stderr_is_tty()):
+    from naspipe.data.progress import bar_wanted
+
+    if not bar_wanted(mode):
         yield None
         return
     from tqdm import tqdm
@@ -125,13 +127,6 @@ def admission_bar(mode: str, subnets: int) -> Iterator[Callable[[int], None] | N
     with tqdm(total=subnets, unit="subnet", desc="admitted", dynamic_ncols=True, file=sys.stderr,
               leave=False) as bar:
         yield lambda count: bar.update(count - bar.n)
-
-
-def _stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def trace_about(subnets: int, trace_subnets: int, max_events: int, metrics: dict[str, Any]) -> dict[str, Any]:

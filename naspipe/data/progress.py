@@ -13,6 +13,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def bar_wanted(mode: str) -> bool:
+    """The ``progress`` config key's rule: ``on``, or ``auto`` when stderr is a terminal."""
+    return mode == "on" or (mode == "auto" and _stderr_is_tty())
+
+
 def progress(items: Iterable[T], total: int | None = None, desc: str = "") -> Iterator[T]:
     """Wrap ``items`` in a tqdm bar when stderr is a TTY, else yield them unchanged."""
     if not _stderr_is_tty():

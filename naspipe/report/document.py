@@ -17,14 +17,19 @@ CLAIMS = "claims"  # the section that opens the report (naspipe.report.claims)
 OPENING = (CLAIMS, "run_summary")  # the claims, then what this run shows (naspipe.report.run_summary)
 
 
-def cpu_model() -> str:
+def cpu_field(name: str) -> str | None:
+    """The first ``name`` line of ``/proc/cpuinfo`` (``model name``, ``vendor_id``), None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
+            if line.startswith(name):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return None
+
+
+def cpu_model() -> str:
+    return cpu_field("model name") or platform.processor() or platform.machine() or "unknown CPU"
 
 
 def machine_text(inputs: ReportInputs) -> str:

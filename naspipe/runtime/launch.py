@@ -414,7 +414,8 @@ class _Progress:
 
 
 def _progress_bar(job: Job, initial: int) -> _Progress | None:
-    mode = job.config.progress
-    if mode == "off" or (mode == "auto" and not sys.stderr.isatty()):
+    from naspipe.data.progress import bar_wanted
+
+    if not bar_wanted(job.config.progress):
         return None
     return _Progress(job.config.steps, initial, int(job.space.options.get("batch_size", 1)))
