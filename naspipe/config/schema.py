@@ -81,6 +81,19 @@ class Config:
     recompute: bool = _doc("activation recomputation (checkpointing) in the backward", default=True)
     max_inflight: int = _doc("subnets in the pipeline at once; 0 means 2 x stages", default=0)
     bulk_size: int = _doc("subnets per BSP bulk (gpipe, vpipe); 0 means stages", default=0)
+    micro_batches: int = _doc(
+        "parts each subnet's batch is split into (csp, sequential): the parts flow through the stages as GPipe's "
+        "chunks do and their gradients are summed in part order before the subnet's one update; part of the "
+        "reference (sequential with the same value); 1: the paper's schedule", default=1
+    )
+    split_backward: bool = _doc(
+        "split each part's backward into an input-gradient task (sent upstream at once) and a weight-gradient "
+        "task (csp, sequential; zero-bubble style); part of the reference", default=False
+    )
+    priority: Literal["critical", "fifo"] = _doc(
+        "how a micro-batched stage orders its ready tasks: critical (what a later subnet waits for first, other "
+        "weight tasks and updates fill idle time) or fifo (update, weight, backward, forward)", default="critical"
+    )
     partition_costs: str = _doc(
         "per-position costs for the static partition: 'params' (parameter counts), 'uniform', "
         "or a profile CSV written by 'naspipe profile'",

@@ -14,6 +14,7 @@ from typing import Any
 from naspipe import systems
 from naspipe.config.schema import Config
 from naspipe.errors import UsageError
+from naspipe.scheduling.policies import supports_micro_batches
 
 
 def cache_budget_ok(budget: str) -> bool:
@@ -30,6 +31,7 @@ def cache_budget_ok(budget: str) -> bool:
 # the two names stay importable from here for one release.
 MIRROR_SYSTEMS = systems.with_capability("mirroring")
 CACHE_SYSTEMS = systems.with_capability("uses_cache")
+MICRO_SYSTEMS = tuple(name for name in systems.names() if supports_micro_batches(name))
 
 
 def _baseline_inflight(config: Config) -> int:
@@ -52,6 +54,11 @@ def _check_ranges(config: Config) -> None:
         ("max_inflight", config.max_inflight >= 0, "must be >= 0"),
         ("shared_window", config.shared_window >= 1, "must be >= 1"),
         ("bulk_size", config.bulk_size >= 0, "must be >= 0"),
+        ("micro_batches", config.micro_batches >= 1, "must be >= 1"),
+        ("micro_batches", config.micro_batches == 1 or config.system in MICRO_SYSTEMS,
+         f"> 1 needs system {' or '.join(MICRO_SYSTEMS)}"),
+        ("split_backward", not config.split_backward or config.system in MICRO_SYSTEMS,
+         f"needs system {' or '.join(MICRO_SYSTEMS)}"),
         ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),
         ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),
         ("trace_max_events", config.trace_max_events >= 0, "must be >= 0"),

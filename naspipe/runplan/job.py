@@ -67,7 +67,8 @@ def _rejoin(config: Config, space: SearchSpace, stream: SubnetStream, partition:
 def policy_options(config: Config) -> PolicyOptions:
     """What the scheduling policies take from the config."""
     return PolicyOptions(max_inflight=config.inflight_limit, bulk_size=config.bulk,
-                         shared_window=config.shared_window)
+                         shared_window=config.shared_window, micro_batches=config.micro_batches,
+                         split_backward=config.split_backward, priority=config.priority)
 
 
 def build_space(config: Config) -> SearchSpace:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import AnyTask, Kind
 
-Duration = Callable[[Task], float]
-OnStart = Callable[[Task, StagePolicy], None]
+Duration = Callable[[AnyTask], float]
+OnStart = Callable[[AnyTask, StagePolicy], None]
 
 
 class DeadlockError(RuntimeError):
@@ -29,7 +29,7 @@ class DeadlockError(RuntimeError):
 class Slot:
     start: float
     end: float
-    task: Task
+    task: AnyTask
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Timeline:
     def makespan(self) -> float:
         return max((s[-1].end for s in self.stages if s), default=0.0)
 
-    def tasks(self, stage: int) -> list[Task]:
+    def tasks(self, stage: int) -> list[AnyTask]:
         return [slot.task for slot in self.stages[stage]]
 
     def busy(self, stage: int) -> float:
@@ -56,9 +56,9 @@ class Timeline:
         return 1.0 - sum(self.busy(k) for k in range(len(self.stages))) / (len(self.stages) * span)
 
 
-def unit_durations(task: Task) -> float:
-    """Forward 1, backward 2 (recompute + backward), update 0."""
-    return {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0}[task.kind]
+def unit_durations(task: AnyTask) -> float:
+    """Forward 1, backward 2 (recompute + backward), update 0; a split backward's weight task 1."""
+    return {Kind.FORWARD: 1.0, Kind.BACKWARD: 2.0, Kind.UPDATE: 0.0, Kind.WEIGHT: 1.0}[task.kind]
 
 
 def drive(
@@ -90,8 +90,8 @@ class _Driver:
         self.stages, self.n, self.duration, self.on_start = stages, n, duration, on_start
         self.timeline = Timeline([[] for _ in stages])
         self.busy_until = [0.0] * len(stages)
-        self.running: list[Task | None] = [None] * len(stages)
-        self.events: list[tuple[float, int, int, Task]] = []  # (time, order, stage, finished task)
+        self.running: list[AnyTask | None] = [None] * len(stages)
+        self.events: list[tuple[float, int, int, AnyTask]] = []  # (time, order, stage, finished task)
         self.order = 0
         self.now = 0.0
 
@@ -136,15 +136,16 @@ class _Driver:
             self.timeline.mirrors.append(mirror)
             self.stages[mirror.dst].mirror_arrived(mirror.layer, mirror.version)
 
-    def _finish(self, k: int, task: Task) -> None:
+    def _finish(self, k: int, task: AnyTask) -> None:
         policy = self.stages[k]
-        policy.completed(task)
+        policy.completed(task)  # type: ignore[arg-type]  # a micro-batched policy takes its MicroTask
         self._deliver(policy)
         last = len(self.stages) - 1
+        micro = task[3:]  # a MicroTask's part, passed on with its messages; () for a Task
         if task.kind is Kind.FORWARD:
             if k == last:
-                policy.backward_arrived(task.subnet)
+                policy.backward_arrived(task.subnet, *micro)
             else:
-                self.stages[k + 1].forward_arrived(task.subnet)
+                self.stages[k + 1].forward_arrived(task.subnet, *micro)
         elif task.kind is Kind.BACKWARD and k > 0:
-            self.stages[k - 1].backward_arrived(task.subnet)
+            self.stages[k - 1].backward_arrived(task.subnet, *micro)

@@ -9,6 +9,7 @@ from naspipe.scheduling.policies.csp_artifact import CSPArtifact
 from naspipe.scheduling.policies.csp_no_predictor import CSPNoPredictor
 from naspipe.scheduling.policies.csp_no_scheduler import CSPNoScheduler
 from naspipe.scheduling.policies.gpipe import GPipe
+from naspipe.scheduling.policies.micro import MICRO_POLICIES
 from naspipe.scheduling.policies.pipedream import PipeDream
 from naspipe.scheduling.policies.sequential import Sequential
 from naspipe.scheduling.policies.vpipe import VPipe
@@ -21,11 +22,24 @@ POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
 
 def make_policy(name: str, stage: int, plan: PipelinePlan, options: PolicyOptions) -> StagePolicy:
+    """The system's policy for ``stage``; its micro-batched one when ``options`` ask for micro-batches or a
+    split backward (only the causal systems have one: ValueError for the others)."""
     try:
         cls = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown system {name!r}; choose one of {', '.join(POLICY_NAMES)}") from None
+    if options.micro_batched:
+        micro = MICRO_POLICIES.get(name)
+        if micro is None:
+            raise ValueError(f"system {name!r} has no micro-batched schedule (micro_batches > 1 or split_backward "
+                             f"are for {', '.join(MICRO_POLICIES)})")
+        return micro(stage, plan, options)
     return cls(stage, plan, options)
 
 
-__all__ = ["POLICIES", "POLICY_NAMES", "PolicyOptions", "StagePolicy", "make_policy"]
+def supports_micro_batches(name: str) -> bool:
+    """Whether system ``name`` runs micro-batched schedules (``micro_batches`` > 1, ``split_backward``)."""
+    return name in MICRO_POLICIES
+
+
+__all__ = ["POLICIES", "POLICY_NAMES", "PolicyOptions", "StagePolicy", "make_policy", "supports_micro_batches"]

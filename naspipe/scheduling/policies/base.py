@@ -26,6 +26,8 @@ from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.task import FORWARD, Kind, Task, new_task
 
+PRIORITIES = ("critical", "fifo")
+
 
 @dataclass(frozen=True)
 class PolicyOptions:
@@ -34,11 +36,24 @@ class PolicyOptions:
     ``max_inflight``: subnets admitted into the pipeline and not yet finished on stage 0
     (bounds stashed activations and the context cache). ``bulk_size``: subnets per BSP bulk.
     ``shared_window``: subnets per shared-layer update when the shared layers are windowed.
+    ``micro_batches``, ``split_backward`` and ``priority`` shape a micro-batched schedule
+    (:mod:`naspipe.scheduling.policies.micro`): each subnet's batch in that many parts, the
+    backward split into input-gradient and weight-gradient tasks, and how a stage orders its
+    ready tasks (``critical``: what a later subnet waits for first; ``fifo``: update, weight,
+    backward, forward). ``micro_batches`` 1 without a split is the paper's schedule.
     """
 
     max_inflight: int = 4
     bulk_size: int = 1
     shared_window: int = 8  # W of shared_policy windowed (naspipe.scheduling.windows)
+    micro_batches: int = 1
+    split_backward: bool = False
+    priority: str = "critical"
+
+    @property
+    def micro_batched(self) -> bool:
+        """Whether the run uses micro-batch tasks (:class:`~naspipe.scheduling.task.MicroTask`)."""
+        return self.micro_batches > 1 or self.split_backward
 
     def __post_init__(self) -> None:
         if self.max_inflight < 1:
@@ -47,6 +62,10 @@ class PolicyOptions:
             raise ValueError(f"bulk_size must be >= 1, got {self.bulk_size}")
         if self.shared_window < 1:
             raise ValueError(f"shared_window must be >= 1, got {self.shared_window}")
+        if self.micro_batches < 1:
+            raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
 
 
 class StagePolicy(ABC):

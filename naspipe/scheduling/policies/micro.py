@@ -1,0 +1,248 @@
+"""Micro-batched causal pipelines: CSP and its sequential reference with each subnet's batch in parts.
+
+Why: with one indivisible task per subnet and stage, a later subnet that shares a candidate
+with an earlier one waits, at that layer, for the earlier one's forward through every later
+stage, its whole backward back down and its update. That chain grows with the number of
+stages D while each stage's share of the work shrinks, so CSP's throughput stays flat as D
+grows. Splitting each subnet's batch into ``m`` micro-batches lets one subnet fill the
+pipeline by itself (as GPipe's chunks do) and shortens that chain; a split backward takes the
+weight gradients off it; and a stage that orders its ready tasks by what a later subnet waits
+for runs the chain's tasks first.
+
+Semantics (what :class:`MicroSequential`, the reference, computes, and every D reproduces):
+subnet ``y``'s batch is split into ``m`` fixed parts (the split depends on ``m`` only); each
+part runs forward and backward through ``y``'s layers on the parameter version CSP gives
+``y`` (every earlier user's writes, no later one's); the parts' weight gradients are summed
+in part order (part 0's first); then one optimizer step per layer, as for ``m = 1``. With a
+split backward, part ``j``'s backward is two tasks: ``B`` (the gradient of the stage's input,
+sent upstream at once) and ``W`` (the weight gradients, summed in part order). Both are part
+of the reference: sequential with the same ``m`` and split computes the same bits.
+
+Scheduling on a stage (tasks are :class:`~naspipe.scheduling.task.MicroTask`):
+
+- ``F(y, j)`` is ready when part ``j`` arrived and ``y``'s layers here are at its version
+  (CSP's version rule, :class:`~naspipe.scheduling.versions.VersionTable`, once per subnet:
+  its parts all read one version); ``B(y, j)`` when its gradient arrived (the last stage: after
+  its own forward); ``W(y, j)`` after ``B(y, j)``; ``U(y)`` after the ``m`` parts' weight
+  gradients (``B`` or ``W``). Parts arrive in order over a link and are taken lowest first, so
+  each stage sums the parts' gradients in part order whatever the interleaving.
+- ``priority: critical``: first an update or weight task that a later subnet is waiting for
+  (one that uses a layer of it here within the in-flight window; on stage 0 every update,
+  which also frees an admission), then backwards, then forwards (lowest subnet first), then
+  the remaining weight tasks and updates, which fill idle time. ``fifo``: update, weight,
+  backward, forward, as CSP orders them.
+
+Registration, the version table, mirrors (per-subnet partitions) and windowed shared layers
+are CSP's own, unchanged: a subnet registers when its first part arrives, writes at its update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies.base import PolicyOptions
+from naspipe.scheduling.policies.csp import CSP
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, MicroTask, Task
+
+Part = tuple[int, int]  # (subnet, micro-batch)
+
+
+class MicroCSP(CSP):
+    """CSP over micro-batch tasks (module docstring)."""
+
+    def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        super().__init__(stage, plan, options)
+        self.micro_batches = options.micro_batches
+        self.split = options.split_backward
+        self._critical = options.priority == "critical"
+        self._plain = False  # registration through _on_register (CSP's inlined path is its own forward_arrived)
+        self._pending_f: dict[int, list[int]] = {}  # arrived parts not yet run forward, per subnet, in order
+        self._arrived_parts: dict[int, int] = {}  # parts arrived so far of subnets not all arrived
+        self._ready_parts_b: list[Part] = []
+        self._ready_parts_w: list[Part] = []
+        self._parts_done: dict[int, int] = {}  # parts whose weight gradients are summed, per subnet
+        self._needed: dict[int, bool] = {}  # subnet -> a later in-flight subnet uses one of its layers here
+        self._awaiting_parts: dict[Part, None] = {}  # forwards done here, gradient not back yet, in order
+
+    def clone(self) -> MicroCSP:
+        other = super().clone()
+        assert isinstance(other, MicroCSP)
+        other._pending_f = {y: parts[:] for y, parts in self._pending_f.items()}
+        other._arrived_parts = dict(self._arrived_parts)
+        other._ready_parts_b, other._ready_parts_w = list(self._ready_parts_b), list(self._ready_parts_w)
+        other._parts_done = dict(self._parts_done)
+        other._awaiting_parts = dict(self._awaiting_parts)
+        return other
+
+    # -- events -------------------------------------------------------------
+    def admit(self, subnet: int) -> None:
+        """All of ``subnet``'s parts enter the pipeline (stage 0 splits its batch)."""
+        if not self.is_first or subnet != self.admitted:
+            raise RuntimeError(f"stage {self.stage}: cannot admit subnet {subnet} (next is {self.admitted})")
+        self.admitted += 1
+        for micro in range(self.micro_batches):
+            self.forward_arrived(subnet, micro)
+
+    def forward_arrived(self, subnet: int, micro: int = 0) -> None:
+        self.messages += 1
+        if micro == 0:
+            self._register_through(subnet)
+            self._note_arrival(subnet)
+        count = self._arrived_parts.get(subnet, 0) + 1
+        if count == self.micro_batches:
+            self._arrived_parts.pop(subnet, None)
+        else:
+            self._arrived_parts[subnet] = count
+        pending = self._pending_f.setdefault(subnet, [])
+        pending.append(micro)
+        if self._blocked[subnet]:
+            self._waiting.add(subnet)
+        elif len(pending) == 1:  # not queued yet (a queued subnet keeps its place until its parts ran)
+            heappush(self._ready_f, subnet)
+
+    def backward_arrived(self, subnet: int, micro: int = 0) -> None:
+        self.messages += 1
+        self._awaiting_parts.pop((subnet, micro), None)
+        heappush(self._ready_parts_b, (subnet, micro))
+
+    def completed(self, task: Task | MicroTask) -> None:  # type: ignore[override]
+        kind, subnet, _, micro = task  # type: ignore[misc]
+        if kind is FORWARD:
+            if not self.is_last:
+                self._awaiting_parts[(subnet, micro)] = None
+        elif kind is BACKWARD:
+            if self.split:
+                heappush(self._ready_parts_w, (subnet, micro))
+            else:
+                self._part_done(subnet)
+        elif kind is WEIGHT:
+            self._part_done(subnet)
+        else:  # the update: CSP's writes, mirrors and window
+            del self._parts_done[subnet]
+            self._needed.pop(subnet, None)
+            self._write(subnet)
+            self.finished += 1
+            if self._window is not None:
+                self._accumulated(subnet)
+
+    def _part_done(self, subnet: int) -> None:
+        done = self._parts_done.get(subnet, 0) + 1
+        self._parts_done[subnet] = done
+        if done == self.micro_batches:
+            heappush(self._ready_u, subnet)
+
+    # -- decisions ----------------------------------------------------------
+    def next_task(self) -> MicroTask | None:  # type: ignore[override]
+        stage = self.stage
+        if self._critical:
+            urgent = self._urgent_update()
+            if urgent is not None:
+                return MicroTask(UPDATE, urgent, stage)
+            part = self._urgent_weight()
+            if part is not None:
+                return MicroTask(WEIGHT, part[0], stage, part[1])
+        else:
+            if self._ready_u:
+                return MicroTask(UPDATE, heappop(self._ready_u), stage)
+            if self._ready_parts_w:
+                y, j = heappop(self._ready_parts_w)
+                return MicroTask(WEIGHT, y, stage, j)
+        if self._ready_parts_b:
+            y, j = heappop(self._ready_parts_b)
+            return MicroTask(BACKWARD, y, stage, j)
+        if self._ready_f:
+            y = self._ready_f[0]
+            pending = self._pending_f[y]
+            j = pending.pop(0)
+            if not pending:
+                heappop(self._ready_f)
+                del self._pending_f[y]
+            return MicroTask(FORWARD, y, stage, j)
+        if self._ready_parts_w:  # nobody waits for them: they fill idle time
+            y, j = heappop(self._ready_parts_w)
+            return MicroTask(WEIGHT, y, stage, j)
+        if self._ready_u:
+            return MicroTask(UPDATE, heappop(self._ready_u), stage)
+        return None
+
+    def _urgent_update(self) -> int | None:
+        """The lowest ready update that a later subnet waits for, taken off the heap; None if none."""
+        for y in sorted(self._ready_u):
+            if self._is_needed(y):
+                self._ready_u.remove(y)
+                heapify(self._ready_u)
+                return y
+        return None
+
+    def _urgent_weight(self) -> Part | None:
+        """The lowest ready weight task of a subnet that a later one waits for (parts in order)."""
+        for part in sorted(self._ready_parts_w):
+            if self._is_needed(part[0]):
+                self._ready_parts_w.remove(part)
+                heapify(self._ready_parts_w)
+                return part
+        return None
+
+    def _is_needed(self, subnet: int) -> bool:
+        """Whether a later subnet within the in-flight window uses one of ``subnet``'s layers here (its
+        update unblocks that one), or the update has more to do than write: stage 0's frees an admission,
+        a windowed stage's closes windows. The predictor's question, asked of the plan's stream."""
+        needed = self._needed.get(subnet)
+        if needed is None:
+            if self.is_first or self._window is not None:
+                needed = True
+            else:
+                end = subnet + 1 + self.options.max_inflight
+                if self._end is not None and self._end < end:
+                    end = self._end
+                next_user = self.plan.next_user
+                needed = any(next_user(layer, subnet, end) is not None
+                             for layer in self.plan.versioned_slices(subnet)[self.stage])
+            self._needed[subnet] = needed
+        return needed
+
+    # -- what the predictor reads -----------------------------------------
+    def awaiting_parts(self) -> list[Part]:
+        """Parts whose forward ran here and whose gradient has not come back, in forward order."""
+        return list(self._awaiting_parts)
+
+    def pending_parts(self, end: int) -> Iterator[Part]:
+        """Parts of subnets below ``end`` that have not reached this stage yet, in (subnet, part) order."""
+        partial = sorted(self._arrived_parts.items())
+        for subnet in self.pending_arrivals(end):
+            while partial and partial[0][0] < subnet:
+                y, count = partial.pop(0)
+                yield from ((y, j) for j in range(count, self.micro_batches))
+            yield from ((subnet, j) for j in range(self.micro_batches))
+        for y, count in partial:
+            yield from ((y, j) for j in range(count, self.micro_batches))
+
+
+class MicroSequential(MicroCSP):
+    """The reference with micro-batches (or a split backward): one subnet in the pipeline at a time.
+
+    Its parts still flow through the stages as CSP's do (the per-part arithmetic does not depend on
+    the order of unrelated tasks); only one subnet is admitted until the previous one's last update."""
+
+    name = "sequential"
+    label = "sequential reference"
+    report_order = 0
+    mirroring = False
+
+    def may_admit(self, subnet: int) -> bool:
+        return self.inflight == 0
+
+
+MICRO_POLICIES: dict[str, type[MicroCSP]] = {"csp": MicroCSP, "sequential": MicroSequential}
+"""The systems that run micro-batched schedules (the others refuse ``micro_batches`` > 1 or a split)."""
+
+
+def as_plain(task: MicroTask) -> Task:
+    """The subnet-level task whose layers ``task`` uses (a weight task: the backward's)."""
+    kind = BACKWARD if task.kind is WEIGHT else task.kind
+    return Task(kind, task.subnet, task.stage)
+
+
+__all__ = ["MICRO_POLICIES", "MicroCSP", "MicroSequential", "as_plain"]
