@@ -41,7 +41,9 @@ from weakref import ref
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.micro_predictor import predict_parts
 from naspipe.scheduling.policies.csp import CSP
+from naspipe.scheduling.policies.micro import MicroCSP
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task, new_task
 from naspipe.space.structure import SpaceStructure
 
@@ -72,6 +74,8 @@ def predict(policy: StagePolicy, horizon: int, end: int, running: Task | None = 
     fast = entry[1] if entry is not None and entry[0]() is policy else _fast_lookahead(policy)
     if fast is not None:
         return fast.answer(policy, horizon, end, running)  # type: ignore[arg-type]  # a CSP: supports() said so
+    if isinstance(policy, MicroCSP):  # a micro-batched schedule: its parts' subnet-level tasks
+        return predict_parts(policy, horizon, end, running)  # type: ignore[arg-type]  # its running MicroTask
     return _Lookahead(policy, end, running).take(horizon)
 
 

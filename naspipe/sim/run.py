@@ -24,6 +24,7 @@ from naspipe.sim.bound import longest_path, lower_bound
 from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import MemoryReport, memory_report
+from naspipe.sim.micro import simulate_micro
 from naspipe.sim.residency import (
     ContextCache,
     Residency,
@@ -98,9 +99,10 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
     side = _path_and_memory(setup, recompute, budgets)
     aside = Beside(side) if setup.subnets * setup.plan.num_stages >= BESIDE_TASKS else None
     try:
-        result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
-                          residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
-                          trace_subnets=setup.trace_subnets, on_admit=on_admit)
+        run = simulate_micro if setup.options.micro_batched else simulate
+        result = run(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
+                     residency_for(setup, budgets), trace_max_events=setup.trace_max_events,  # type: ignore[arg-type]
+                     trace_subnets=setup.trace_subnets, on_admit=on_admit)
     except BaseException:
         if aside is not None:
             aside.cancel()

@@ -30,7 +30,8 @@ Scheduling on a stage (tasks are :class:`~naspipe.scheduling.task.MicroTask`):
   (one that uses a layer of it here within the in-flight window; on stage 0 every update,
   which also frees an admission), then backwards, then forwards (lowest subnet first), then
   the remaining weight tasks and updates, which fill idle time. ``fifo``: update, weight,
-  backward, forward, as CSP orders them.
+  backward, forward, as CSP orders them. Either way at most ``m`` weight tasks wait: each
+  keeps its part's activations alive (the memory model counts them).
 
 Registration, the version table, mirrors (per-subnet partitions) and windowed shared layers
 are CSP's own, unchanged: a subnet registers when its first part arrives, writes at its update.
@@ -39,7 +40,7 @@ are CSP's own, unchanged: a subnet registers when its first part arrives, writes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions
@@ -61,17 +62,25 @@ class MicroCSP(CSP):
         self._pending_f: dict[int, list[int]] = {}  # arrived parts not yet run forward, per subnet, in order
         self._arrived_parts: dict[int, int] = {}  # parts arrived so far of subnets not all arrived
         self._ready_parts_b: list[Part] = []
-        self._ready_parts_w: list[Part] = []
+        # weight tasks and updates that a later subnet waits for (critical), and the others (idle time)
+        self._urgent_w: list[Part] = []
+        self._idle_w: list[Part] = []
+        self._urgent_u: list[int] = []
         self._parts_done: dict[int, int] = {}  # parts whose weight gradients are summed, per subnet
-        self._needed: dict[int, bool] = {}  # subnet -> a later in-flight subnet uses one of its layers here
+        # subnet -> a later in-flight subnet uses one of its layers here: a function of the plan alone, so the
+        # predictor's clones share it (a shallow copy keeps the dict) and nobody removes an entry
+        self._needed: dict[int, bool] = {}
         self._awaiting_parts: dict[Part, None] = {}  # forwards done here, gradient not back yet, in order
+        # the predictor's memo: (the subnet-level task it answered for, horizon, answer) (micro_predictor)
+        self.last_prediction: tuple[Task, int, list[Task]] | None = None
 
     def clone(self) -> MicroCSP:
         other = super().clone()
         assert isinstance(other, MicroCSP)
         other._pending_f = {y: parts[:] for y, parts in self._pending_f.items()}
         other._arrived_parts = dict(self._arrived_parts)
-        other._ready_parts_b, other._ready_parts_w = list(self._ready_parts_b), list(self._ready_parts_w)
+        other._ready_parts_b = list(self._ready_parts_b)
+        other._urgent_w, other._idle_w, other._urgent_u = list(self._urgent_w), list(self._idle_w), list(self._urgent_u)
         other._parts_done = dict(self._parts_done)
         other._awaiting_parts = dict(self._awaiting_parts)
         return other
@@ -113,15 +122,16 @@ class MicroCSP(CSP):
             if not self.is_last:
                 self._awaiting_parts[(subnet, micro)] = None
         elif kind is BACKWARD:
-            if self.split:
-                heappush(self._ready_parts_w, (subnet, micro))
-            else:
+            if not self.split:
                 self._part_done(subnet)
+            elif self._critical and self._is_needed(subnet):
+                heappush(self._urgent_w, (subnet, micro))
+            else:
+                heappush(self._idle_w, (subnet, micro))
         elif kind is WEIGHT:
             self._part_done(subnet)
         else:  # the update: CSP's writes, mirrors and window
             del self._parts_done[subnet]
-            self._needed.pop(subnet, None)
             self._write(subnet)
             self.finished += 1
             if self._window is not None:
@@ -131,23 +141,21 @@ class MicroCSP(CSP):
         done = self._parts_done.get(subnet, 0) + 1
         self._parts_done[subnet] = done
         if done == self.micro_batches:
-            heappush(self._ready_u, subnet)
+            heappush(self._urgent_u if self._critical and self._is_needed(subnet) else self._ready_u, subnet)
 
     # -- decisions ----------------------------------------------------------
     def next_task(self) -> MicroTask | None:  # type: ignore[override]
         stage = self.stage
-        if self._critical:
-            urgent = self._urgent_update()
-            if urgent is not None:
-                return MicroTask(UPDATE, urgent, stage)
-            part = self._urgent_weight()
-            if part is not None:
-                return MicroTask(WEIGHT, part[0], stage, part[1])
-        else:
+        if self._urgent_u:  # critical: what a later subnet waits for
+            return MicroTask(UPDATE, heappop(self._urgent_u), stage)
+        if self._urgent_w or len(self._idle_w) > self.micro_batches:  # (the latter: their activations wait too)
+            y, j = heappop(self._urgent_w or self._idle_w)
+            return MicroTask(WEIGHT, y, stage, j)
+        if not self._critical:
             if self._ready_u:
                 return MicroTask(UPDATE, heappop(self._ready_u), stage)
-            if self._ready_parts_w:
-                y, j = heappop(self._ready_parts_w)
+            if self._idle_w:
+                y, j = heappop(self._idle_w)
                 return MicroTask(WEIGHT, y, stage, j)
         if self._ready_parts_b:
             y, j = heappop(self._ready_parts_b)
@@ -160,29 +168,11 @@ class MicroCSP(CSP):
                 heappop(self._ready_f)
                 del self._pending_f[y]
             return MicroTask(FORWARD, y, stage, j)
-        if self._ready_parts_w:  # nobody waits for them: they fill idle time
-            y, j = heappop(self._ready_parts_w)
+        if self._idle_w:  # nobody waits for them: they fill idle time
+            y, j = heappop(self._idle_w)
             return MicroTask(WEIGHT, y, stage, j)
         if self._ready_u:
             return MicroTask(UPDATE, heappop(self._ready_u), stage)
-        return None
-
-    def _urgent_update(self) -> int | None:
-        """The lowest ready update that a later subnet waits for, taken off the heap; None if none."""
-        for y in sorted(self._ready_u):
-            if self._is_needed(y):
-                self._ready_u.remove(y)
-                heapify(self._ready_u)
-                return y
-        return None
-
-    def _urgent_weight(self) -> Part | None:
-        """The lowest ready weight task of a subnet that a later one waits for (parts in order)."""
-        for part in sorted(self._ready_parts_w):
-            if self._is_needed(part[0]):
-                self._ready_parts_w.remove(part)
-                heapify(self._ready_parts_w)
-                return part
         return None
 
     def _is_needed(self, subnet: int) -> bool:
@@ -197,9 +187,9 @@ class MicroCSP(CSP):
                 end = subnet + 1 + self.options.max_inflight
                 if self._end is not None and self._end < end:
                     end = self._end
-                next_user = self.plan.next_user
-                needed = any(next_user(layer, subnet, end) is not None
-                             for layer in self.plan.versioned_slices(subnet)[self.stage])
+                here = set(self.plan.versioned_slices(subnet)[self.stage])
+                versioned = self.plan.subnet_versioned  # every stage's: with mirroring the user may run elsewhere
+                needed = any(not here.isdisjoint(versioned(later)) for later in range(subnet + 1, end))
             self._needed[subnet] = needed
         return needed
 
