@@ -14,8 +14,10 @@ live); this module reads them once and is the only place that turns them into na
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cache
+from typing import Any
 
 from naspipe.scheduling.policies import POLICIES, StagePolicy
 
@@ -76,7 +78,25 @@ def with_capability(attr: str) -> tuple[str, ...]:
 
 
 def rank(name: str) -> int:
-    """Where ``name`` sorts in tables and legends; an unknown name sorts after every known one."""
-    record = _registry().get(name)
+    """Where ``name`` sorts in tables and legends; an unknown name sorts after every known one. A micro-batched
+    schedule's name (:func:`schedule_name`) sorts with its system, after it (by name)."""
+    record = _registry().get(base_name(name))
     return record.report_order if record is not None else len(_registry())
+
+
+MICRO_SUFFIX = "-mb"
+"""What tables and figures append to a system's name when its run used a micro-batched schedule."""
+
+
+def schedule_name(system: str, config: Mapping[str, Any]) -> str:
+    """How the report names a run of ``system`` with run settings ``config``: the system itself for the
+    paper's schedule, ``<system>-mb`` with micro-batches or a split backward (this NASPipe beside the paper's:
+    the claims judge the paper's system, ``csp``, on the paper's terms)."""
+    micro = int(config.get("micro_batches", 1) or 1) > 1 or bool(config.get("split_backward", False))
+    return system + MICRO_SUFFIX if micro else system
+
+
+def base_name(name: str) -> str:
+    """The system of a name :func:`schedule_name` gave."""
+    return name.removesuffix(MICRO_SUFFIX)
 

@@ -97,6 +97,16 @@ def estimator(config: dict[str, Any], spec: str) -> Estimator:
     return lambda job: estimate(job.space, job.system, job.stages, job.steps, job.sets, spec, by, cpu=cpu)
 
 
+def micro_sets(micro: dict[str, Any], stages: int) -> list[str]:
+    """``--set`` options of a ``-mb`` system's simulation: ``simulate.micro`` (``micro_batches``: a number,
+    or ``Nx``: N times the stage count)."""
+    parts = micro["micro_batches"]
+    if isinstance(parts, str):
+        parts = int(parts.removesuffix("x")) * stages
+    return [f"--set micro_batches={parts}", f"--set split_backward={str(micro['split_backward']).lower()}",
+            f"--set priority={micro['priority']}"]
+
+
 def check_simulate(config: dict[str, Any]) -> None:
     """The ``simulate`` block's hardware loads and its largest stage count partitions every space."""
     sim = config.get("simulate")
@@ -257,15 +267,18 @@ class Workflow:
 
     def simulate_args(self, w: Wildcards) -> str:
         sim = self.config["simulate"]
-        args = [f"--space {shlex.quote(w.space)}", f"--system {w.system}", f"--stages {w.stages}",
+        system = systems.base_name(w.system)
+        args = [f"--space {shlex.quote(w.space)}", f"--system {system}", f"--stages {w.stages}",
                 f"--steps {sim['steps']}", f"--seed {sim['seed']}", f"--hardware {shlex.quote(str(sim['hardware']))}",
                 f"--costs {shlex.quote(str(sim['costs']))}", f"--batch {sim['batch']}",
                 f"--partition-by {sim['partition_by']}", f"--set optimizer.name={sim['optimizer']['name']}",
                 f"--set optimizer.momentum={sim['optimizer']['momentum']}"]
-        if w.system in mirroring_systems():
+        if system in mirroring_systems():
             if sim["cache"]:
                 args.append("--set cache.enabled=true")  # NASPipe with its context manager, as in the paper
             args.append(f"--set partition_mode={sim['partition_mode']}")
+        if w.system != system:  # <system>-mb: the micro-batched schedule of simulate.micro
+            args += micro_sets(sim["micro"], int(w.stages))
         return " ".join(args)
 
     def synthetic_args(self, w: Wildcards) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
+from naspipe.systems import schedule_name
 from naspipe.fsutil import read_json_object
 from naspipe.rundigest import verify_run
 
@@ -27,7 +28,8 @@ class RunInfo:
 
     @property
     def system(self) -> str:
-        return str(self.metrics["system"])
+        """The system, named for its schedule (``csp-mb``: micro-batched; :func:`naspipe.systems.schedule_name`)."""
+        return schedule_name(str(self.metrics["system"]), self.metrics["config"])
 
     @property
     def space(self) -> str:

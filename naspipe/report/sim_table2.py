@@ -2,7 +2,8 @@
 
 Each row is marked with the hardware spec it was simulated on (``config/hardware/NAME.yaml``):
 these are not measurements. Columns follow the paper's Table 2: the batch each system ran
-(the largest that fits, with ``--batch max``), device and host memory in GB, execution time
+(the largest that fits, with ``--batch max``) and its micro-batches (``csp-mb``: this NASPipe's schedule,
+beside the paper's ``csp``), device and host memory in GB, execution time
 per subnet, bubble, cache hit rate and throughput, normalised to GPipe at the same space,
 stage count and hardware; ``fits`` is false where not even one sample fits (the paper's
 "cannot fit"), and ``efficiency`` is the lower bound over the makespan. The ``paper_*``
@@ -19,7 +20,7 @@ from naspipe.claims.paper import PAPER_STAGES, paper_table2, paper_vs_gpipe
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Table
 
-COLUMNS = ["hardware", "space", "system", "stages", "batch", "max_batch", "fits", "device_gb", "host_gb", "exec_s",
+COLUMNS = ["hardware", "space", "system", "stages", "micro_batches", "batch", "max_batch", "fits", "device_gb", "host_gb", "exec_s",
            "bubble_ratio", "cache_hit_rate", "throughput_samples_s", "throughput_vs_gpipe", "efficiency"]
 # ours -> the paper's Table 2 column shown beside it
 PAPER_COLUMNS = {"batch": "paper_batch", "exec_s": "paper_exec_s", "bubble_ratio": "paper_bubble_ratio",
@@ -30,6 +31,7 @@ def sim_frame(inputs: ReportInputs) -> pd.DataFrame:
     """One row per simulated (hardware, space, system, stages): medians over seeds."""
     rows = [{
         "hardware": r.metrics.get("hardware", "?"), "space": r.space, "system": r.system, "stages": r.stages,
+        "micro_batches": int(r.metrics.get("micro_batches", 1)),
         "batch": int(r.metrics.get("batch_size", 0)), "max_batch": int(r.metrics.get("max_batch", 0)),
         "fits": bool(r.metrics.get("fits", True)),
         "device_gb": float(r.metrics.get("device_bytes", 0.0)) / 1e9,

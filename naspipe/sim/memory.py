@@ -26,7 +26,9 @@ Every term follows what the runtime holds (fp32 tensors, 4 bytes per element):
   layer of the stage with its optimizer state. vpipe holds the running task's layers (at
   the update with gradient and state) and parks the bulk's stashed gradients on the host.
 - **Activations** per sample: with recomputation a subnet in flight keeps only its stage
-  input, plus one subnet's full activations during a backward; without it (pipedream) each
+  input, plus one subnet's full activations during a backward (with ``m`` micro-batches one
+  part's, and with a split backward those of the parts whose weight task waits:
+  :func:`live_parts`); without it (pipedream) each
   subnet in flight keeps its full activations. In flight on a stage: ``max_inflight`` for
   csp, ``bulk_size`` for the bulk-synchronous systems, ``D - k`` for pipedream, 1 for
   sequential.
@@ -178,11 +180,21 @@ def memory_report(plan: PipelinePlan, system: str, costs: CostModel, options: Po
             stash = flight * h.share_mean if policy.swap_parameters else 0.0  # vpipe parks gradients on the host
             host[hw.host_of(k)] = host.get(hw.host_of(k), 0.0) + h.params + states * h.trainable + stash
         keeps_all = not recompute
-        per_sample = flight * h.acts_mean if keeps_all else flight * h.input_mean + h.acts_max
+        per_sample = flight * h.acts_mean if keeps_all else flight * h.input_mean + h.acts_max * live_parts(options)
         stages.append(StageMemory(fixed, per_sample))
     worst = max(s.at(costs.batch) for s in stages)
     return MemoryReport(worst, max(host.values(), default=0.0), max_batch(stages, hw.usable_device_memory),
                         tuple(stages), host)
+
+
+def live_parts(options: PolicyOptions) -> float:
+    """With recomputation, the share of one subnet's activations alive at once on a stage: the part being
+    backpropagated (the whole batch without micro-batches, ``1/m`` of it with ``m`` parts), and with a split
+    backward the parts whose weight task waits (at most ``m``: :class:`~naspipe.scheduling.policies.micro.MicroCSP`
+    runs one before more wait). The last stage keeps a part's activations from its forward to its backward,
+    which follows at once: no more than that."""
+    m = options.micro_batches
+    return (1 + m) / m if options.split_backward else 1 / m
 
 
 def _gradients(system: str, flight: int, h: StageHolding) -> float:

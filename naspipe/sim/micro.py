@@ -319,3 +319,66 @@ class _MicroEngine:
         self.results[k].trace.append({"name": name, "cat": category, "ph": "X", "pid": 0, "tid": k,
                                       "ts": round(a * 1e6, 3), "dur": round((b - a) * 1e6, 3),
                                       "args": {"subnet": subnet}})
+
+
+def micro_longest_path(plan: PipelinePlan, system: str, num_subnets: int, costs: CostModel, recompute: bool,
+                       options: PolicyOptions) -> float:
+    """The lower bound's longest path (:mod:`naspipe.sim.bound`) for a micro-batched schedule.
+
+    Each subnet's parts as a graph: part ``j``'s forward on stage ``k`` after its forward on ``k - 1``
+    and its message, after part ``j - 1``'s forward on ``k`` (a stage takes a subnet's parts in order)
+    and after the last writes of the layers it reads there (the CSP edge, and the window's); its
+    backward after its gradient arrives (the last stage: after its own forward) and after part
+    ``j - 1``'s backward there (gradients are summed in part order); a weight task after its
+    backward and the previous part's weight task; the update after the last part's. Other subnets'
+    tasks on the same stage are left out, as the subnet-level bound leaves them out."""
+    from naspipe.sim.bound import CAUSAL_SYSTEMS, _LayerWrites, _WindowEdges  # the subnet-level bound's edges
+
+    table = PartTable(plan, costs, recompute, options.micro_batches, options.split_backward)
+    writes = _LayerWrites(plan) if system in CAUSAL_SYSTEMS else None
+    if writes is not None and plan.windowed:
+        writes.window = _WindowEdges(plan, options.shared_window)
+    longest, d = 0.0, plan.num_stages
+    for index in range((num_subnets + BLOCK_MASK) >> BLOCK_SHIFT):
+        first = index << BLOCK_SHIFT
+        if writes is not None:
+            writes.load(table.table.arrays(index), plan, index)
+        for row in range(min(BLOCK_MASK + 1, num_subnets - first)):
+            y = first + row
+            ready = writes.ready(row, y) if writes is not None else [0.0] * d
+            done = _subnet_chain(table, y, d, ready, options.split_backward)
+            for k in range(d):
+                table.forget(y, k)
+            longest = max(longest, *done)
+            if writes is not None:
+                writes.record(row, y, done)
+    return longest
+
+
+def _subnet_chain(table: PartTable, y: int, d: int, ready: list[float], split: bool) -> list[float]:
+    """When each stage's update of subnet ``y`` ends, with unlimited overlap between subnets."""
+    costs = [table.at(y, k) for k in range(d)]
+    parts = len(costs[0].forward)
+    arrive = [0.0] * parts
+    for k, c in enumerate(costs):
+        t = ready[k]
+        ends = []
+        for j in range(parts):
+            t = max(arrive[j], t) + c.forward[j]
+            ends.append(t)
+        arrive = [end + c.msg_s[j] for j, end in enumerate(ends)] if k < d - 1 else ends
+    done = [0.0] * d
+    for k in range(d - 1, -1, -1):
+        c = costs[k]
+        t = w = 0.0
+        ends = []
+        for j in range(parts):
+            t = max(arrive[j], t) + c.recompute[j] + c.backward[j]
+            ends.append(t)
+            if split:
+                w = max(w, t) + c.weight[j]
+        done[k] = (w if split else t) + c.update
+        if k:
+            before = costs[k - 1].msg_s
+            arrive = [end + before[j] for j, end in enumerate(ends)]
+    return done

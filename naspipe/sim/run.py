@@ -24,7 +24,7 @@ from naspipe.sim.bound import longest_path, lower_bound
 from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import MemoryReport, memory_report
-from naspipe.sim.micro import simulate_micro
+from naspipe.sim.micro import micro_longest_path, simulate_micro
 from naspipe.sim.residency import (
     ContextCache,
     Residency,
@@ -115,8 +115,11 @@ def _path_and_memory(setup: SimSetup, recompute: bool,
                      budgets: list[int] | None) -> Callable[[], tuple[float, MemoryReport]]:
     """The lower bound's longest path and the memory model: independent of the engine's events."""
     def compute() -> tuple[float, MemoryReport]:
-        path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
-                            shared_window=setup.options.shared_window)
+        if setup.options.micro_batched:
+            path = micro_longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute, setup.options)
+        else:
+            path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
+                                shared_window=setup.options.shared_window)
         return path, memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
                                    budgets)
     return compute
@@ -136,6 +139,7 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: MemoryRepo
     uses = hits + sum(c.stats.misses for c in copies)
     return {
         "system": setup.system,
+        **_schedule(setup.options),
         "space": setup.plan.structure.name,
         "stages": d,
         "partition": str(setup.plan.partition),
@@ -172,6 +176,14 @@ def _metrics(setup: SimSetup, result: SimResult, path: float, memory: MemoryRepo
         "fits": memory.device_bytes <= setup.costs.hardware.usable_device_memory
         and memory.host_bytes <= setup.costs.hardware.host_memory,
     }
+
+
+def _schedule(options: PolicyOptions) -> dict[str, Any]:
+    """A micro-batched schedule's settings (none for the paper's schedule, whose metrics stay as they were)."""
+    if not options.micro_batched:
+        return {}
+    return {"micro_batches": options.micro_batches, "split_backward": options.split_backward,
+            "priority": options.priority}
 
 
 def _trace(setup: SimSetup, result: SimResult) -> list[dict[str, object]]:
