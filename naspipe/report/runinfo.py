@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
-from naspipe.systems import schedule_name
 from naspipe.fsutil import read_json_object
 from naspipe.rundigest import verify_run
+from naspipe.systems import schedule_name
 
 NEEDED = ("system", "space", "stages", "subnets", "makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s",
           "config")

@@ -20,8 +20,9 @@ from naspipe.claims.paper import PAPER_STAGES, paper_table2, paper_vs_gpipe
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Table
 
-COLUMNS = ["hardware", "space", "system", "stages", "micro_batches", "batch", "max_batch", "fits", "device_gb", "host_gb", "exec_s",
-           "bubble_ratio", "cache_hit_rate", "throughput_samples_s", "throughput_vs_gpipe", "efficiency"]
+COLUMNS = ["hardware", "space", "system", "stages", "micro_batches", "batch", "max_batch", "fits", "device_gb",
+           "host_gb", "exec_s", "bubble_ratio", "cache_hit_rate", "throughput_samples_s", "throughput_vs_gpipe",
+           "efficiency"]
 # ours -> the paper's Table 2 column shown beside it
 PAPER_COLUMNS = {"batch": "paper_batch", "exec_s": "paper_exec_s", "bubble_ratio": "paper_bubble_ratio",
                  "cache_hit_rate": "paper_cache_hit_rate", "throughput_vs_gpipe": "paper_vs_gpipe"}

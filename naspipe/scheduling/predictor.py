@@ -39,9 +39,9 @@ from heapq import heappop, heappush
 from typing import TypeGuard
 from weakref import ref
 
+from naspipe.scheduling.micro_predictor import predict_parts
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.micro_predictor import predict_parts
 from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.policies.micro import MicroCSP
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task, new_task

@@ -101,7 +101,7 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
     try:
         run = simulate_micro if setup.options.micro_batched else simulate
         result = run(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
-                     residency_for(setup, budgets), trace_max_events=setup.trace_max_events,  # type: ignore[arg-type]
+                     residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
                      trace_subnets=setup.trace_subnets, on_admit=on_admit)
     except BaseException:
         if aside is not None:

@@ -116,7 +116,7 @@ class MicroCSP(CSP):
         self._awaiting_parts.pop((subnet, micro), None)
         heappush(self._ready_parts_b, (subnet, micro))
 
-    def completed(self, task: Task | MicroTask) -> None:  # type: ignore[override]
+    def completed(self, task: Task | MicroTask) -> None:
         kind, subnet, _, micro = task  # type: ignore[misc]
         if kind is FORWARD:
             if not self.is_last:
