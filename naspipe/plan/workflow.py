@@ -39,6 +39,7 @@ class Wildcards(Protocol):
     seed: str
     variant: str
     dataset: str
+    hardware: str
 
 
 def mirroring_systems() -> tuple[str, ...]:
@@ -114,15 +115,22 @@ def check_simulate(config: dict[str, Any]) -> None:
         return
     from naspipe.sim.hardware import load_hardware
 
-    try:
-        load_hardware(str(sim["hardware"]))
-    except UsageError as exc:
-        raise ConfigError("simulate.hardware", str(exc)) from exc
-    for space in sim["spaces"]:
+    for spec in sim_hardware(sim):
         try:
-            estimate(space, "csp", max(sim["stages"]), 1, (), str(sim["hardware"]))
+            load_hardware(spec)
         except UsageError as exc:
-            raise ConfigError("simulate.stages", f"{space}: {exc}") from exc
+            raise ConfigError("simulate.hardware", str(exc)) from exc
+        for space in sim["spaces"]:
+            try:
+                estimate(space, "csp", max(sim["stages"]), 1, (), spec)
+            except UsageError as exc:
+                raise ConfigError("simulate.stages", f"{space}: {exc}") from exc
+
+
+def sim_hardware(sim: dict[str, Any]) -> list[str]:
+    """The specs ``simulate.hardware`` names (one, or a list: every run is simulated on each)."""
+    specs = sim["hardware"]
+    return [str(specs)] if isinstance(specs, str) else [str(s) for s in specs]
 
 
 @dataclass(frozen=True)
@@ -212,9 +220,9 @@ class Workflow:
         sim = self.config.get("simulate") or {}
         if not sim:
             return []
-        spec = Path(sim["hardware"]).stem
-        return [paths.path("sim", hardware=spec, space=space, system=system, stages=stages)
-                for space in sim["spaces"] for system in sim["systems"] for stages in sorted(sim["stages"])]
+        return [paths.path("sim", hardware=Path(spec).stem, space=space, system=system, stages=stages)
+                for spec in sim_hardware(sim) for space in sim["spaces"] for system in sim["systems"]
+                for stages in sorted(sim["stages"])]
 
     def dataset_input(self, space: str) -> list[str]:
         dataset = self.config["spaces"][space].get("dataset")
@@ -269,7 +277,7 @@ class Workflow:
         sim = self.config["simulate"]
         system = systems.base_name(w.system)
         args = [f"--space {shlex.quote(w.space)}", f"--system {system}", f"--stages {w.stages}",
-                f"--steps {sim['steps']}", f"--seed {sim['seed']}", f"--hardware {shlex.quote(str(sim['hardware']))}",
+                f"--steps {sim['steps']}", f"--seed {sim['seed']}", f"--hardware {shlex.quote(self._spec(w.hardware))}",
                 f"--costs {shlex.quote(str(sim['costs']))}", f"--batch {sim['batch']}",
                 f"--partition-by {sim['partition_by']}", f"--set optimizer.name={sim['optimizer']['name']}",
                 f"--set optimizer.momentum={sim['optimizer']['momentum']}"]
@@ -280,6 +288,10 @@ class Workflow:
         if w.system != system:  # <system>-mb: the micro-batched schedule of simulate.micro
             args += micro_sets(sim["micro"], int(w.stages))
         return " ".join(args)
+
+    def _spec(self, stem: str) -> str:
+        """The ``simulate.hardware`` spec whose results directory is ``stem``."""
+        return next(spec for spec in sim_hardware(self.config["simulate"]) if Path(spec).stem == stem)
 
     def synthetic_args(self, w: Wildcards) -> str:
         return datasets.synthetic_args(self.config["datasets"][w.dataset])

@@ -19,7 +19,7 @@ from naspipe.claims.paper import PAPER_STAGES, paper_vs_gpipe
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.plotting import no_data, render
 from naspipe.report.section import Figure
-from naspipe.report.sim_table2 import sim_frame
+from naspipe.report.sim_table2 import on_testbed, sim_frame
 
 
 def paired(frame: pd.DataFrame) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def draw_panel(ax: Any, rows: pd.DataFrame, title: str) -> None:
 
 
 def build(inputs: ReportInputs) -> Figure:
-    frame = paired(sim_frame(inputs))
+    frame = paired(on_testbed(sim_frame(inputs)))
     stages = sorted(frame["stages"].unique()) or [0]
 
     def draw(axes: Any) -> None:
