@@ -40,8 +40,8 @@ step's CPU seconds recorded. Its plain / naspipe CPU ratio (steps 10 on) is what
 acceptance (>= 0.95) reads, and the output says so: on one thread a step's CPU time is its wall
 time without the load, and stepping both in turn shares whatever load, heap and imports there
 are, step by step. The wall-clock rate ratio of separate processes swings by 10-30% between
-runs on a shared machine (docs/runtime-overhead.md); the loop-CPU ratio per repeat is printed
-beside its median so the spread can be seen.
+runs on a shared machine (docs/performance.md, "The runtime against a plain PyTorch loop"); the
+loop-CPU ratio per repeat is printed beside its median so the spread can be seen.
 
 ``--lockstep`` runs the side-by-side part alone (a minute); ``--in-process`` runs both whole loops
 (recompute off) in this one process instead, alternating, and prints the per-repeat loop-CPU

@@ -1,4 +1,4 @@
-"""The context cache's cost per task in the simulator (docs/cache-performance.md), as figures.
+"""The context cache's cost per task in the simulator (docs/performance.md, "The context cache"), as figures.
 
 Four measurements, each for the tree on ``PYTHONPATH`` (run once per tree to compare)::
 
@@ -20,7 +20,7 @@ it runs in, checks every answer equal to the recorded one and reports the CPU se
 calls alone (median over repeats): the cache's own cost, without the predictor or the engine.
 ``residency`` records one run's ``ContextCache`` calls and predictions and replays the calls on fresh
 residencies, ``predict`` answering what it answered: the residency and the DeviceCache without the
-predictor (what docs/cache-performance.md calls the cache's share). ``levels`` runs the whole command in
+predictor (the cache's share of a task's cost). ``levels`` runs the whole command in
 fresh processes with ``ContextCache.acquire`` cut down to each of :data:`LEVELS` in turn (alternating, the
 median CPU seconds of each): what the engine costs with a residency that does nothing, and what the
 prediction, the upcoming tasks' layer lists and the cache each add on top. Only ``full`` is the real run

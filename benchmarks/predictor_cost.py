@@ -1,4 +1,4 @@
-"""The predictor's cost per call in the simulator (docs/cache-performance.md, "Sixth pass"), as figures.
+"""The predictor's cost per call in the simulator (docs/performance.md, "The context cache"), as figures.
 
 Two measurements, each for the tree on ``PYTHONPATH`` (run once per tree, alternately, to compare)::
 

@@ -2,8 +2,8 @@
 
 A change to the runtime that is meant to be faster must not change a single bit of what any system
 trains, at any stage count. The bitwise tests compare csp with sequential and run the baselines at
-one stage; they cannot see a change that moves, say, pipedream's weights at D=2 (what the executor's
-batch memo did, docs/runtime-overhead.md). This check runs ``naspipe train`` exactly as the default
+one stage; they cannot see a change that moves, say, pipedream's weights at D=2 (through the
+executor's batch building, for instance). This check runs ``naspipe train`` exactly as the default
 workflow does (``config/config.yaml``, the command line from ``naspipe.plan.workflow.Workflow.train_args``,
 the workflow's prepared synthetic datasets) for every system of the registry that the runtime runs, at
 1, 2 and 4 stages, on nlp.tiny and cv.tiny, and records per run the digest of every result the run

@@ -5,8 +5,9 @@ one taken from ``/proc``: this tool starts the command, polls ``/proc/<pid>/stat
 descendant (launcher, forkserver, stages, resource tracker) every 50 ms, and keeps each
 process's last user + system time. Beside it, the growth of this tool's own ``RUSAGE_CHILDREN``
 over the run: exactly what ``/usr/bin/time`` would report for the command (it reads the same
-account), which misses the stages unless the launcher waits for the forkserver (docs/runtime-overhead.md,
-"Stage processes: CPU and what time(1) sees"). Polling costs this tool CPU, not the run's tree.
+account), which misses the stages unless the launcher waits for the forkserver, as it does at the end
+of every local multi-stage run (docs/performance.md, "The runtime against a plain PyTorch loop"). Polling
+costs this tool CPU, not the run's tree.
 
 Compare two trees (say /work/main and a worktree) side by side, interleaved, medians over repeats:
 

@@ -4,8 +4,8 @@
 the last call are exactly those the run-ahead assumed before the task now running (``heard``: none, one,
 or 2 for "two or more"). A wrong entry there makes a later shift inexact, but only in rare interleavings
 (a forward overtaking a blocked one on its way here, then a write freeing the blocked one within the
-horizon), so comparing answers alone let planted bugs through (docs/cache-performance.md, seventh pass:
-an arrivals-only tail claiming one message everywhere, a short tail's "two or more" entry dropped).
+horizon), so comparing answers alone let planted bugs through (an arrivals-only tail claiming one message
+everywhere, a short tail's "two or more" entry dropped).
 Here every entry is compared with what the reference clone (:class:`predictor._Lookahead`) assumed: it
 is run one task at a time and its policy's message count read between tasks. The tail positions preceded
 by blocked arrivals are counted, so the test cannot pass without checking them; planted bugs (mutated

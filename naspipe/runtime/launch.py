@@ -58,8 +58,8 @@ NO_CUDA = "config key 'device': 'cuda' requested but no CUDA device is available
 # What every stage imports, imported once in the forkserver so that each fork inherits it: this module
 # (torch with it), and torch._dynamo, which torch.optim imports when a stage builds its first optimizer
 # (``Optimizer.add_param_group`` is wrapped by ``torch._disable_dynamo``): with sympy and mpmath ~800
-# modules, about 1.2 CPU s that each stage paid again (docs/runtime-overhead.md, "Stage processes: CPU
-# and what time(1) sees"; tests/test_runtime_accounting.py says when a preload is no longer needed).
+# modules, about 1.2 CPU s that each stage paid again (docs/performance.md, "The runtime against a plain
+# PyTorch loop"; tests/test_runtime_accounting.py says when a preload is no longer needed).
 FORKSERVER_PRELOAD = ("naspipe.runtime.launch", "torch._dynamo")
 NO_SPACE_EXIT = 28  # a stage's exit status when its disk is full (ENOSPC): the launcher says so in one line
 

@@ -13,7 +13,7 @@ Local users (a static partition: every user of a layer runs on this stage) are r
 without a required version: the one of the user at position ``j`` of the layer's queue is
 the version plus ``j`` (each write adds one to the version and pops the head), so the head
 is always the one at its turn and nothing per user needs storing. This is the simulator's
-hot path at scale (once per subnet and stage; ``docs/simulator-performance.md``).
+hot path at scale (once per subnet and stage; ``docs/performance.md``, "The simulator at scale").
 
 With per-subnet partitions a layer's users are spread over stages. A stage then registers
 its users with their *global* required version (earlier users on any stage, counted by the

@@ -132,7 +132,7 @@ def _collector_paused() -> Iterator[None]:
     cycle (reference counting frees them), while the policies' state and the cost table grow
     with the run; each 700 objects of net growth trigger a collection that scans them, for
     nothing here (about a sixth of the engine at 64 stages x 2,000 subnets, less once the
-    state stops growing; docs/simulator-performance.md). What a policy or copy model might
+    state stops growing). What a policy or copy model might
     leave in a cycle is collected once the collector is back."""
     enabled = gc.isenabled()
     gc.disable()
