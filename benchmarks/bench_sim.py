@@ -30,6 +30,7 @@ used (``resource.getrusage(RUSAGE_CHILDREN)``); ``--scale-command off`` skips it
 (issue 22): under 60 s.
 
     .venv/bin/python benchmarks/bench_sim.py [--steps 128] [--repeats 7] [--fit] [--json FILE]
+    .venv/bin/python benchmarks/bench_sim.py --systems sequential,csp,csp:m2,csp:m2s,sequential:m2s  # parts
     .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--scale-systems csp,gpipe] \
         [--repeats 1] [--scale-command off]
 """
@@ -83,8 +84,17 @@ def profile_both(args: argparse.Namespace, tmp: Path) -> dict[bool, Path]:
 
 
 def run_config(system: str, args: argparse.Namespace, profile: Path) -> Any:
-    return load_config(None, [*TINY, "threads=1", f"partition_costs={profile}"],
-                       {"system": system, "stages": args.stages, "steps": args.steps, "seed": args.seed,
+    """``system``, or ``SYSTEM:mN`` / ``SYSTEM:mNs`` for its micro-batched schedule (N parts, ``s``: a split
+    backward), e.g. ``csp:m2s``."""
+    name, _, schedule = system.partition(":")
+    sets = []
+    if schedule:
+        match = re.fullmatch(r"m(\d+)(s?)", schedule)
+        if match is None:
+            raise SystemExit(f"--systems {system}: expected SYSTEM or SYSTEM:mN[s], e.g. csp:m2s")
+        sets = [f"micro_batches={match[1]}", f"split_backward={'true' if match[2] else 'false'}"]
+    return load_config(None, [*TINY, "threads=1", f"partition_costs={profile}", *sets],
+                       {"system": name, "stages": args.stages, "steps": args.steps, "seed": args.seed,
                         "progress": "off"})
 
 

@@ -56,3 +56,24 @@ def test_a_trained_run_is_not_accepted_as_simulated(sims, tmp_path):
     (fake / "metrics.json").write_text(json.dumps(metrics))
     with pytest.raises(UsageError, match="not a 'naspipe simulate' run"):
         load_inputs([], [], [], simulated=[fake])
+
+
+def test_a_micro_batched_schedule_and_a_second_hardware_sit_beside_the_paper_schedule(sims, tmp_path):
+    """csp-mb rows next to csp in Table 2, one Figure 7 facet pair per hardware, Figure 5 on the testbed."""
+    extra = []
+    for hardware, sets in (("h100-nvlink-ib", []), ("rtx2080ti-pcie3-40gbe", ["--set", "micro_batches=2",
+                                                                           "--set", "split_backward=true"])):
+        out = tmp_path / f"{hardware}-{len(sets)}"
+        assert main(["simulate", "--system", "csp", "--stages", "2", "--steps", "8", "--batch", "max", "--hardware",
+                     hardware, "--set", "space.blocks=6", *sets, "--out", str(out)]) == 0
+        extra.append(out)
+    inputs = ReportInputs(runs=[], simulated=[read_run_info(p) for p in [*sims, *extra]])
+    frame = sim_table2.build(inputs).frame
+    testbed = frame[frame["hardware"] == "rtx2080ti-pcie3-40gbe"]
+    assert list(testbed.loc[testbed["stages"] == 2, "system"]) == ["csp", "csp-mb", "gpipe"]
+    assert set(frame["hardware"]) == {"rtx2080ti-pcie3-40gbe", "h100-nvlink-ib"}
+    assert int(frame.loc[frame["system"] == "csp-mb", "micro_batches"].iloc[0]) == 2
+    fig7 = sim_fig7.build(inputs)  # one stage count on h100 and for csp-mb: nothing to scale there
+    assert fig7.png.startswith(b"\x89PNG") and "`toy` csp on rtx2080ti-pcie3-40gbe: D=2 to D=4" in fig7.reading
+    assert "h100" not in fig7.reading and "csp-mb" not in fig7.reading
+    assert sim_fig5.build(inputs).png.startswith(b"\x89PNG")

@@ -14,10 +14,11 @@ run ahead, with the same assumptions about messages, part by part:
   in the pipeline below (``m`` per stage downstream), or when no new forward can come; otherwise the
   next part that has not arrived arrives (on stage 0: its subnet is admitted, if the policy admits it).
 
-The stage re-plans when it moves on to another subnet-level task: while it runs the parts of one
-(say the forward of subnet 5, ``F5.0`` to ``F5.7``) they use the same layers, so the answer given
-at the first one serves those that follow (a run ahead is m times longer than the subnet-level
-schedule's, and this keeps the cache's cost per subnet near the paper schedule's).
+The stage re-plans only when its plan runs short: a run ahead is m times longer than the subnet-level
+schedule's (each subnet-level task is m part tasks), so an answer serves the tasks it foresaw. While
+the stage runs a subnet-level task of its last answer (the parts of ``F5``, say, or the next one in
+it), the rest of that answer from there is the answer, until less than half the horizon is left or
+the stage runs a task the answer did not foresee. The cache fetches on demand what a plan missed.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ def predict_parts(policy: MicroCSP, horizon: int, end: int, running: MicroTask |
     (but for the memo of its last answer)."""
     current = as_plain(running) if running is not None else None
     memo = policy.last_prediction
-    if current is not None and memo is not None and memo[0] == current and memo[1] == horizon:
-        return memo[2]
+    if current is not None and memo is not None and memo[0] == horizon and current in memo[1]:
+        rest = memo[1][memo[1].index(current):]
+        if 2 * len(rest) > horizon:
+            return rest
     answer = _run_ahead(policy, horizon, end, running)
-    policy.last_prediction = (current, horizon, answer) if current is not None else None
+    policy.last_prediction = (horizon, [current, *answer]) if current is not None else None
     return answer
 
 

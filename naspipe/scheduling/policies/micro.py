@@ -71,8 +71,8 @@ class MicroCSP(CSP):
         # predictor's clones share it (a shallow copy keeps the dict) and nobody removes an entry
         self._needed: dict[int, bool] = {}
         self._awaiting_parts: dict[Part, None] = {}  # forwards done here, gradient not back yet, in order
-        # the predictor's memo: (the subnet-level task it answered for, horizon, answer) (micro_predictor)
-        self.last_prediction: tuple[Task, int, list[Task]] | None = None
+        # the predictor's last plan: (horizon, the running subnet-level task and the answer after it) (micro_predictor)
+        self.last_prediction: tuple[int, list[Task]] | None = None
 
     def clone(self) -> MicroCSP:
         other = super().clone()

@@ -1,0 +1,105 @@
+"""Samples/s against stages from the paper plan's simulate jobs, with issue 33's acceptance checks.
+
+Reads ``results/sim/HARDWARE/SPACE/SYSTEM/D{stages}/metrics.json`` (what
+``snakemake --configfile config/paper.yaml --until simulate`` writes) and prints one markdown table
+per hardware spec: throughput of the paper's csp, csp-mb (this NASPipe: micro-batched subnets, a
+split backward, critical-path priorities), gpipe and vpipe at each stage count. Then the checks:
+every csp-mb run fits; at 8 and 16 stages csp-mb beats the better of gpipe and vpipe (of those that
+fit: ``*`` marks a run that does not) in every (hardware, space) cell, with the margin; csp-mb's throughput at the largest stage count over the
+smallest, per space (target on nlp.c1, h100-nvlink-ib: 2.5x). Exit status 1 when a check fails.
+
+    python benchmarks/scaling_table.py [--results results] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("csp", "csp-mb", "gpipe", "vpipe")
+TARGET = ("h100-nvlink-ib", "nlp.c1", 2.5)
+
+
+def load(results: Path) -> dict[tuple[str, str, str, int], dict[str, Any]]:
+    runs = {}
+    for path in sorted(results.glob("sim/*/*/*/D*/metrics.json")):
+        if not path.parent.name[1:].isdigit():  # a run being written (D16.partial)
+            continue
+        hw, space, system, d = path.parts[-5:-1]
+        runs[(hw, space, system, int(d[1:]))] = json.loads(path.read_text())
+    return runs
+
+
+def tables(runs: dict[tuple[str, str, str, int], dict[str, Any]]) -> list[str]:
+    lines = []
+    for hw in sorted({k[0] for k in runs}):
+        stages = sorted({k[3] for k in runs if k[0] == hw})
+        header = " | ".join(f"{s} D={'/'.join(map(str, stages))}" for s in SYSTEMS)
+        lines += [f"\n{hw} (samples/s)\n", f"| space | {header} |", "|---|" + "---|" * len(SYSTEMS)]
+        for space in sorted({k[1] for k in runs if k[0] == hw}):
+            cells = []
+            for system in SYSTEMS:
+                values = [runs.get((hw, space, system, d)) for d in stages]
+                cells.append(" / ".join(f"{m['throughput_samples_s']:.0f}" + ("" if m.get("fits", True) else "*")
+                                        if m else "-" for m in values))
+            lines.append(f"| {space} | {' | '.join(cells)} |")
+    return lines
+
+
+def checks(runs: dict[tuple[str, str, str, int], dict[str, Any]]) -> tuple[list[str], bool]:
+    lines, ok = [], True
+    cells = sorted({(hw, space, d) for hw, space, system, d in runs if system == "csp-mb"})
+    for hw, space, d in cells:
+        mb = runs[(hw, space, "csp-mb", d)]
+        if not mb.get("fits", True):
+            ok = False
+            lines.append(f"FAIL {hw} {space} D={d}: csp-mb does not fit")
+        if d < 8:
+            continue
+        fitting = [runs[(hw, space, s, d)]["throughput_samples_s"] for s in ("gpipe", "vpipe")
+                   if (hw, space, s, d) in runs and runs[(hw, space, s, d)].get("fits", True)]
+        if not fitting:
+            lines.append(f"ok   {hw} {space} D={d}: neither gpipe nor vpipe fits")
+            continue
+        margin = mb["throughput_samples_s"] / max(fitting)
+        ok &= margin > 1.0
+        lines.append(f"{'ok  ' if margin > 1.0 else 'FAIL'} {hw} {space} D={d}: csp-mb / best of gpipe, vpipe "
+                     f"= {margin:.2f}")
+    for hw, space in sorted({(hw, space) for hw, space, _ in cells}):
+        ds = sorted(d for h, s, d in cells if (h, s) == (hw, space))
+        ratio = runs[(hw, space, "csp-mb", ds[-1])]["throughput_samples_s"] / runs[(hw, space, "csp-mb", ds[0])][
+            "throughput_samples_s"]
+        paper = [runs.get((hw, space, "csp", d)) for d in (ds[0], ds[-1])]
+        flat = f", paper csp {paper[1]['throughput_samples_s'] / paper[0]['throughput_samples_s']:.2f}x" \
+            if all(paper) else ""
+        target = (hw, space) == TARGET[:2]
+        if target:
+            ok &= ratio >= TARGET[2]
+        lines.append(f"{'scaling' if not target else ('ok  ' if ratio >= TARGET[2] else 'FAIL')} {hw} {space}: "
+                     f"csp-mb D={ds[-1]} / D={ds[0]} = {ratio:.2f}x{flat}")
+    return lines, ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--json", type=Path, help="write the throughputs here")
+    args = parser.parse_args()
+    runs = load(args.results)
+    if not runs:
+        print(f"no simulated runs under {args.results}/sim", file=sys.stderr)
+        return 2
+    print("\n".join(tables(runs)))
+    lines, ok = checks(runs)
+    print("\n" + "\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps({"/".join(map(str, k)): v["throughput_samples_s"] for k, v in runs.items()},
+                                        indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
