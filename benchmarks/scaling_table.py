@@ -59,8 +59,12 @@ def checks(runs: dict[tuple[str, str, str, int], dict[str, Any]]) -> tuple[list[
             lines.append(f"FAIL {hw} {space} D={d}: csp-mb does not fit")
         if d < 8:
             continue
-        fitting = [runs[(hw, space, s, d)]["throughput_samples_s"] for s in ("gpipe", "vpipe")
-                   if (hw, space, s, d) in runs and runs[(hw, space, s, d)].get("fits", True)]
+        baselines = [runs[(hw, space, s, d)] for s in ("gpipe", "vpipe") if (hw, space, s, d) in runs]
+        fitting = [m["throughput_samples_s"] for m in baselines if m.get("fits", True)]
+        if len(baselines) < 2:
+            ok = False
+            lines.append(f"MISS {hw} {space} D={d}: gpipe or vpipe not simulated")
+            continue
         if not fitting:
             lines.append(f"ok   {hw} {space} D={d}: neither gpipe nor vpipe fits")
             continue
