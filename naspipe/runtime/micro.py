@@ -91,7 +91,8 @@ class MicroExecutor:
             return
         done = self._uses.get(subnet, 0) + 1
         if done == self.parts:
-            del self._batches[subnet], self._uses[subnet]
+            del self._batches[subnet]
+            self._uses.pop(subnet, None)
         else:
             self._uses[subnet] = done
 
