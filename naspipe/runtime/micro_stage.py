@@ -15,19 +15,49 @@ subnet is logged when its last part's forward is done, the parts' scaled losses 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
+from naspipe.runplan.job import Job
 from naspipe.runplan.rules import prefetch_horizon
+from naspipe.runtime.context import ContextManager
+from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.micro import MicroExecutor
+from naspipe.runtime.recorder import Recorder
+from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.wire import Message
+from naspipe.scheduling import StagePolicy
 from naspipe.scheduling.policies.micro import as_plain
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, MicroTask, Task
 
-if TYPE_CHECKING:
-    from naspipe.runtime.worker import StageWorker
+
+class StageWorker(Protocol):
+    """What this module uses of :class:`naspipe.runtime.worker.StageWorker` (a protocol: the worker
+    imports this module)."""
+
+    job: Job
+    stage: int
+    device: torch.device
+    is_last: bool
+    recompute: bool
+    policy: StagePolicy
+    executor: StageExecutor
+    swapper: HostSwapper | None
+    context: ContextManager | None
+    recorder: Recorder
+    progress: Callable[[int, float], None] | None
+    _inbox: dict[tuple[str, int, int], tuple[torch.Tensor | None, ...]]
+    _held: dict[int, tuple[list[int], list[int]]]
+    _end: int
+
+    def _sync(self) -> None: ...
+    def _send(self, dst: int, message: Message) -> None: ...
+    def _completed(self, task: Task | MicroTask) -> None: ...
+    def _cache_out(self, task: Task) -> None: ...
+    def _has_buffers(self, layer: int) -> bool: ...
 
 
 class MicroStage:
