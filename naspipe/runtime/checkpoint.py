@@ -47,7 +47,10 @@ MANIFEST = "manifest.json"
 FORMAT = 2
 # Keys that change every system's numerics: a resumed run must match the checkpoint on these (and on
 # what its own system's numbers depend on: :func:`numerics_settings`, e.g. the effective bulk size).
-MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet")
+MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet", "micro_batches",
+              "split_backward")
+# What a key of MUST_MATCH meant in a checkpoint written before the key existed (its default then and now).
+BEFORE_KEY = {"micro_batches": 1, "split_backward": False}
 _STEP_DIR = re.compile(r"step-(\d{8})$")
 _HEX64 = re.compile(r"[0-9a-f]{64}$")
 
@@ -183,9 +186,10 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
     """
     saved = manifest["config"]
     for key in MUST_MATCH:
-        if _normal(saved.get(key)) != _normal(config.get(key)):
+        theirs = saved.get(key, BEFORE_KEY.get(key))
+        if _normal(theirs) != _normal(config.get(key, BEFORE_KEY.get(key))):
             raise UsageError(f"--resume {checkpoint}: config key {key!r} is {config.get(key)!r}, "
-                             f"checkpoint has {saved.get(key)!r}")
+                             f"checkpoint has {theirs!r}")
     if config.get("shared_policy") == "windowed" and saved.get("shared_window") != config.get("shared_window"):
         raise UsageError(f"--resume {checkpoint}: config key 'shared_window' is {config.get('shared_window')!r}, "
                          f"checkpoint has {saved.get('shared_window')!r}")

@@ -63,6 +63,7 @@ class _Unit:
     outputs: State
     layers: tuple[int, ...] = ()
     weights: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # layer -> the version it read
+    grads: Grads = ()  # a split backward: the gradients of ``outputs``, kept from B for W (runtime.micro)
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
@@ -163,6 +164,11 @@ class StageExecutor:
             self.optimizers.step(layer)
         if stashed:
             raise RuntimeError(f"subnet {subnet}: gradients of layers {sorted(stashed)} were stashed but not applied")
+
+    def keep_window_grads(self, subnet: int, grads: dict[int, ParamGrads]) -> None:
+        """Windowed layers' gradients that ``subnet``'s update adds to their windows (micro-batches: the
+        parts' sums, :mod:`naspipe.runtime.micro`)."""
+        self._window_grads[subnet] = grads
 
     def move_stash(self, subnet: int, move: Callable[[ParamGrads], ParamGrads]) -> None:
         """Replace each of ``subnet``'s stashed layer gradients by ``move(grads)`` (to host and back)."""

@@ -43,6 +43,7 @@ from naspipe.runplan.job import Job, build_job, build_space, check_bulk_boundary
 from naspipe.runplan.rundir import RunDir
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime import faults, lifecycle, memory, rundir
+from naspipe.runtime.micro import check_parts
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
@@ -207,6 +208,7 @@ def _check_before_creating(job: Job, start: int) -> None:
     """What the stages would otherwise find only after ``DIR.partial`` exists: threads, device, the dataset."""
     config = job.config
     check_threads(config.threads)
+    check_parts(config.micro_batches, job.space.options.get("batch_size"))
     if config.device == "cuda" and not torch.cuda.is_available():
         raise UsageError(NO_CUDA)
     if job.space.options.get("data") is not None and start < config.steps:

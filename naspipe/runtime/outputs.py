@@ -158,6 +158,9 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
            for key in ("swap_bytes", "swap_wait_s", "swap_fetches", "mirror_bytes", "mirror_relay_bytes")},
         **_cache_metrics(reports),
         "recompute_effective": all(r.extra.get("recompute", float(config.recompute)) for r in reports),
+        "micro_batches": config.micro_batches,  # the schedule's settings, beside the config they come from
+        "split_backward": config.split_backward,
+        "priority": config.priority,
         "stage_extra": [r.extra for r in reports],
         "config": config.to_dict(),
     }

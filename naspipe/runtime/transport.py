@@ -126,7 +126,7 @@ class DistTransport(Transport):
         if self.wire == self.device:
             return message
         tensors = tuple(None if t is None else t.to(self.device) for t in message.tensors)
-        return Message(message.kind, message.subnet, tensors)
+        return Message(message.kind, message.subnet, tensors, message.micro)
 
     def close(self) -> None:
         for thread in self._threads:

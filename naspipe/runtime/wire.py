@@ -1,7 +1,8 @@
 """Messages between stages as exact bytes.
 
 A message is one uint8 tensor: an 8-byte little-endian header length, a JSON header (kind,
-subnet, and dtype + shape of each tensor or null), then the raw bytes of each tensor. The
+subnet, the micro-batch when it is not 0, and dtype + shape of each tensor or null), then the
+raw bytes of each tensor. The
 bytes are the tensors' own memory, so what arrives is bit-for-bit what was sent, and it
 works the same for CPU tensors over gloo and CUDA tensors over nccl.
 """
@@ -25,11 +26,15 @@ class Message:
     kind: str  # "F" activation, "B" gradient, "END" the sender is done
     subnet: int
     tensors: tuple[torch.Tensor | None, ...] = ()
+    micro: int = 0  # the part of the subnet's batch (micro-batched schedules)
 
 
 def pack(message: Message, device: torch.device) -> torch.Tensor:
     specs = [None if t is None else [str(t.dtype), list(t.shape)] for t in message.tensors]
-    header = json.dumps({"k": message.kind, "s": message.subnet, "t": specs}).encode()
+    fields: dict[str, object] = {"k": message.kind, "s": message.subnet, "t": specs}
+    if message.micro:
+        fields["j"] = message.micro
+    header = json.dumps(fields).encode()
     prefix = len(header).to_bytes(8, "little") + header
     parts = [torch.frombuffer(bytearray(prefix), dtype=torch.uint8).to(device)]
     for t in message.tensors:
@@ -52,4 +57,4 @@ def unpack(buffer: torch.Tensor) -> Message:
         chunk = buffer[offset : offset + nbytes].clone()
         tensors.append(chunk.view(dtype).reshape(shape))
         offset += nbytes
-    return Message(header["k"], header["s"], tuple(tensors))
+    return Message(header["k"], header["s"], tuple(tensors), header.get("j", 0))

@@ -10,6 +10,10 @@ per-subnet gradient stash (BSP: GPipe, VPipe), weight stash and forced-off recom
 fetches a task's layers before it and evicts them after), checkpoints only at bulk
 boundaries (BSP). A policy with ``stream_ends_at`` is told where the stream (or the run up
 to the next checkpoint drain) ends. Sequential and CSP ask for none of it.
+
+A micro-batched policy (``micro_batches`` > 1 or ``split_backward``) hands out
+:class:`~naspipe.scheduling.task.MicroTask` s, which :class:`~naspipe.runtime.micro_stage.MicroStage`
+runs; messages then carry their part and arrive at the policy with it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import io
 import resource
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -27,6 +32,7 @@ from naspipe.runplan.rules import cache_budget, effective_recompute, prefetch_ho
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
+from naspipe.runtime.micro_stage import MicroStage
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.outputs import tensor_digest
 from naspipe.runtime.recorder import Recorder, StageLogs, StageReport, access_log
@@ -36,7 +42,7 @@ from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import Kind, Task, make_policy
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, MicroTask
 from naspipe.scheduling.windows import SharedWindow
 
 
@@ -74,12 +80,13 @@ class StageWorker:
                                       self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
                                       stash_weights=self.needs.stash_weights, windows=self.windows)
+        self.micro = MicroStage(self) if job.policy_options.micro_batched else None
         self.policy.resume_at(start)
         self.mirror_bytes = self.relay_bytes = 0
         self._announce_end(start)
         logs = StageLogs(run_dir / "logs", stage, sorted(self.layers), self.is_last, config.trace_max_events)
         self.recorder = Recorder(stage, logs)
-        self._inbox: dict[tuple[str, int], tuple[torch.Tensor | None, ...]] = {}
+        self._inbox: dict[tuple[str, int, int], tuple[torch.Tensor | None, ...]] = {}  # (kind, subnet, part)
 
     # -- main loop ------------------------------------------------------------
     def run(self) -> StageReport:
@@ -177,11 +184,12 @@ class StageWorker:
         if message.kind == "M":
             self._on_mirror(message)
             return
-        self._inbox[(message.kind, message.subnet)] = message.tensors
+        self._inbox[(message.kind, message.subnet, message.micro)] = message.tensors
+        part = () if self.micro is None else (message.micro,)  # a micro-batched policy takes the part
         if message.kind == "F":
-            self.policy.forward_arrived(message.subnet)
+            self.policy.forward_arrived(message.subnet, *part)
         else:
-            self.policy.backward_arrived(message.subnet)
+            self.policy.backward_arrived(message.subnet, *part)
 
     def _wait(self) -> None:
         start = self.recorder.now()
@@ -194,6 +202,9 @@ class StageWorker:
 
     # -- tasks ----------------------------------------------------------------
     def _execute(self, task: Task) -> None:
+        if self.micro is not None:
+            self.micro.execute(cast(MicroTask, task))
+            return
         kind, y, plan = task.kind, task.subnet, self.job.plan
         layers = plan.trainable_layers(y, self.stage) if kind is UPDATE else plan.stage_layers(y, self.stage)
         if self.swapper is not None:
@@ -213,20 +224,25 @@ class StageWorker:
             self._swap(task, layers, fetch=False)
         if self.context is not None:
             self._cache_out(task)
+        self._completed(task)
+
+    def _completed(self, task: Task | MicroTask) -> None:
+        """Tell the policy; after an update, send mirrors and take a checkpoint when one is due; the last
+        stage's forward is its own backward's arrival (a micro-batch task's part goes with it)."""
         self.recorder.tasks += 1
-        self.policy.completed(task)
-        if kind is UPDATE:
+        self.policy.completed(task)  # type: ignore[arg-type]  # a micro-batched policy takes its MicroTask
+        if task.kind is UPDATE:
             self._send_mirrors()
             self._maybe_checkpoint()
-        elif kind is FORWARD and self.is_last:
-            self.policy.backward_arrived(y)
+        elif task.kind is FORWARD and self.is_last:
+            self.policy.backward_arrived(task.subnet, *task[3:])
 
     def _forward(self, y: int, layers: tuple[int, ...]) -> None:
         start = self.recorder.now()
         if self.stage == 0:
             inputs = tuple(t.to(self.device) for t in self.executor.batch(y).inputs)
         else:
-            inputs = self._inbox.pop(("F", y))  # type: ignore[assignment]
+            inputs = self._inbox.pop(("F", y, 0))  # type: ignore[assignment]
         output = self.executor.forward(y, layers, inputs)
         self.recorder.touch(layers, y, "F")
         if self.is_last:
@@ -240,7 +256,7 @@ class StageWorker:
             self._send(self.stage + 1, Message("F", y, output))  # type: ignore[arg-type]
 
     def _backward(self, y: int, layers: tuple[int, ...], start: float) -> None:
-        grads = None if self.is_last else self._inbox.pop(("B", y))
+        grads = None if self.is_last else self._inbox.pop(("B", y, 0))
         grads_in = self.executor.backward(y, layers, grads)
         self.recorder.touch(layers, y, "B")
         self._sync()

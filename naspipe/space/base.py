@@ -7,7 +7,8 @@ state, so any position can be a stage boundary and the state crosses it as exact
 
 Determinism sources live here: a layer's parameters come from a generator seeded by (seed,
 layer id), whichever process builds it; batch ``i`` is a pure function of (seed, i); dropout
-masks come from (seed, subnet, layer), so recomputation reproduces them.
+masks come from (seed, subnet, layer) (and the micro-batch, for parts after the first), so
+recomputation reproduces them.
 """
 
 from __future__ import annotations
@@ -33,17 +34,25 @@ class LayerContext:
     """What a layer may know about the call: whose step it is and whether it is a recompute.
 
     ``recompute`` is True when the backward re-runs the forward from a checkpoint: layers with
-    running statistics (batch norm) must not update them a second time.
+    running statistics (batch norm) must not update them a second time. ``micro`` is the part of
+    the subnet's batch being run (``micro_batches`` > 1; 0 otherwise): each part has its own
+    dropout masks, and part 0 keeps the unsplit run's seeds.
     """
 
     seed: int
     subnet: int
     layer: int
     recompute: bool = False
+    micro: int = 0
+
+    def dropout_seed(self, *salt: str) -> int:
+        """The seed of a dropout mask: (seed, subnet, layer, salt), and the part when it is not the first."""
+        part = ("micro", self.micro) if self.micro else ()
+        return derive_seed(self.seed, "dropout", self.subnet, self.layer, *salt, *part)
 
     def generator(self, device: torch.device) -> torch.Generator:
         gen = torch.Generator(device=device)
-        gen.manual_seed(derive_seed(self.seed, "dropout", self.subnet, self.layer))
+        gen.manual_seed(self.dropout_seed())
         return gen
 
 

@@ -1,5 +1,6 @@
 """Building blocks every space uses: seeded dropout with a per-site salt, batch norm that
-updates its running statistics exactly once per subnet step, label-smoothed cross-entropy.
+updates its running statistics exactly once per subnet step (once per part with micro-batches),
+label-smoothed cross-entropy.
 """
 
 from __future__ import annotations
@@ -8,12 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from naspipe.seeding import derive_seed
 from naspipe.space.base import LayerContext, seeded_dropout
 
 
 def dropout(x: torch.Tensor, p: float, ctx: LayerContext, site: str | None = None) -> torch.Tensor:
-    """Inverted dropout with a mask that is a pure function of (seed, subnet, layer, site, shape).
+    """Inverted dropout with a mask that is a pure function of (seed, subnet, layer, site, shape), and of
+    the micro-batch for parts after the first (:meth:`LayerContext.dropout_seed`).
 
     A layer with several dropout sites passes a distinct ``site`` for each, so two tensors of
     the same shape in one layer never share a mask. ``site=None`` is exactly
@@ -24,7 +25,7 @@ def dropout(x: torch.Tensor, p: float, ctx: LayerContext, site: str | None = Non
     if site is None:
         return seeded_dropout(x, p, ctx)
     gen = torch.Generator(device=x.device)
-    gen.manual_seed(derive_seed(ctx.seed, "dropout", ctx.subnet, ctx.layer, site))
+    gen.manual_seed(ctx.dropout_seed(site))
     keep = torch.rand(x.shape, generator=gen, device=x.device) >= p
     return x * keep.to(x.dtype) / (1.0 - p)
 
@@ -38,6 +39,11 @@ class BatchNorm(nn.Module):
     False) updates ``running_mean``/``running_var``/``num_batches_tracked``, with a
     separate, gradient-free ``F.batch_norm`` call: the buffers end up exactly as after one
     ``nn.BatchNorm`` training step on the same input. Eval mode uses the running statistics.
+
+    With micro-batches (``micro_batches`` = m > 1) each part is normalised with its own batch
+    statistics and the running statistics move once per part, in part order, by its first
+    forward (as GPipe's micro-batches do): m momentum steps per subnet. The runtime runs a
+    subnet's forwards on a stage in part order, so the result is the same at any stage count.
     """
 
     # buffers registered in __init__, declared for the type checker
