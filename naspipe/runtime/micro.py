@@ -69,6 +69,10 @@ class MicroExecutor:
         if base.stash_gradients or base.stash_weights:
             raise ValueError("micro-batched schedules keep no gradient or weight stash")
         self.base, self.parts, self.split = base, parts, split
+        # The last stage keeps a part's activations for its backward, which the policy runs right after the
+        # forward (a backward comes first there): recomputing would cost a forward per part for no memory saved.
+        # Recomputation changes no bit (it replays the forward's calls), so neither does where it is skipped.
+        self.recompute = base.recompute and not base.is_last
         self._batches: dict[int, tuple[list[Batch], list[float]]] = {}  # subnet -> its parts, until their last use
         self._uses: dict[int, int] = {}  # parts whose batch's last use here is done, per subnet
         self._inputs: dict[Part, State] = {}  # recomputation: each part's stage input, until its backward
@@ -87,7 +91,7 @@ class MicroExecutor:
     def _used(self, subnet: int, backward: bool) -> None:
         """A part's last use of the batch here is done (stage 0 feeds inputs in the forward; the last stage
         reads targets in the forward and, recomputing, again in the backward): the last part frees it."""
-        if backward != (self.base.is_last and self.base.recompute) or subnet not in self._batches:
+        if backward != (self.base.is_last and self.recompute) or subnet not in self._batches:
             return
         done = self._uses.get(subnet, 0) + 1
         if done == self.parts:
@@ -100,7 +104,7 @@ class MicroExecutor:
     def forward(self, subnet: int, micro: int, layer_ids: tuple[int, ...], inputs: State) -> State | torch.Tensor:
         """The part's stage output, or on the last stage its scaled loss (detached)."""
         part = (subnet, micro)
-        if self.base.recompute:
+        if self.recompute:
             self._inputs[part] = inputs
             outputs = self._graph(subnet, micro, layer_ids, inputs, recompute=False, grad=False)[-1].outputs
         else:
@@ -112,7 +116,7 @@ class MicroExecutor:
     def backward(self, subnet: int, micro: int, layer_ids: tuple[int, ...], grads: Grads | None) -> Grads:
         """The part's input gradients; unsplit, also its weight gradients (split: kept for :meth:`weight`)."""
         part = (subnet, micro)
-        if self.base.recompute:
+        if self.recompute:
             start = time.perf_counter()
             graph = self._graph(subnet, micro, layer_ids, self._inputs.pop(part), recompute=True, grad=True)
             self.last_recompute_s = time.perf_counter() - start

@@ -159,7 +159,7 @@ class MicroStage:
 
     def _cache_out(self, task: MicroTask) -> None:
         """Unpin the task's layers, except what the subnet's update still needs: from its first backward
-        (without recomputation, its first forward) to its update, as for m = 1. The gradients are counted
+        (without recomputation, on the last stage too, its first forward) to its update, as for m = 1. The gradients are counted
         once, when part 0's first land."""
         worker, context = self.worker, self.worker.context
         assert context is not None
@@ -170,7 +170,7 @@ class MicroStage:
         if task.micro == 0 and task.kind is (WEIGHT if self.split else BACKWARD):
             context.note_gradients(layers)
         dirty = [x for x in layers if task.kind is FORWARD and worker._has_buffers(x)]
-        if (task.kind is not FORWARD or not worker.recompute) and task.subnet not in worker._held:
+        if (task.kind is not FORWARD or not self.executor.recompute) and task.subnet not in worker._held:
             worker._held[task.subnet] = (layers, dirty)
             return
         context.end(layers, dirty=dirty)
