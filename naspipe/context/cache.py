@@ -124,6 +124,11 @@ class DeviceCache:
         return frozenset(self._resident)
 
     @property
+    def in_flight(self) -> frozenset[int]:
+        """Layers whose copy in has started and not arrived (resident, not yet usable, not evictable)."""
+        return frozenset(self._in_flight)
+
+    @property
     def free(self) -> int:
         return self.budget - self.used
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from naspipe.context.cache import DeviceCache, Move
+from naspipe.context.cache import CacheCapacityError, DeviceCache, Move
 from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
@@ -182,7 +182,13 @@ class ContextCache:
         update = task[0] is UPDATE
         # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
         # between a task's acquire and its release (the engine calls them back to back), so one call
-        moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
+        try:
+            moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
+        except CacheCapacityError:
+            if not landing:
+                raise
+            now = self._land_all(now)  # the task's own layers need the room that copies on their way hold
+            moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
         if moves:
             self._perform(moves, now)
         if landing and not landing.keys().isdisjoint(layers):  # most tasks: none of its layers is on its way
@@ -212,6 +218,18 @@ class ContextCache:
                     ready = lands
                 self.cache.arrived(lid)
         self.wait_s += ready - now
+        return ready
+
+    def _land_all(self, now: float) -> float:
+        """Wait for every copy on its way (they land in order: the last one last); returns when it has.
+
+        A mispredicted task can find the budget held by prefetched copies still in flight, which cannot be
+        evicted mid-copy; it waits for them, then places its layers (micro-batched schedules, whose predictor
+        re-plans less often, meet this)."""
+        ready = max(now, self._last_lands)
+        self.wait_s += ready - now
+        self.cache.arrived_all(self.cache.in_flight)  # (a refused call's own copies too: they start now as well)
+        self.landing.clear()
         return ready
 
     def _land_due(self, now: float) -> None:
