@@ -8,6 +8,8 @@ key, a MariaDB data directory, the state, spool and log directories and the fake
 free port of 127.0.0.1 and runs in the foreground as a child of this process, so it is stopped by its own
 pid and nothing of it outlives the cluster. Debian's packages (Slurm 22.05, MariaDB, munge) are installed
 with apt when missing; daemons started by the packages are not involved (policy-rc.d keeps them off).
+The one file outside that directory is a link /etc/slurm/slurm.conf to its slurm.conf, made only where
+none exists and removed at the end (an ``srun`` inside a job cannot be told another path).
 
 Two "nodes" run on this one host (two slurmd, ``-N n1`` and ``-N n2``, each with its own port, spool and
 GPUs): a job spanning nodes is then scheduled, launched and bound as on a real cluster, but both nodes share
@@ -34,8 +36,9 @@ CLUSTER = "naspipe"
 ACCOUNT = "naspipe"  # the association every test job is charged to (the cluster enforces associations)
 NODES = ("n1", "n2")
 GPUS_PER_NODE = 2
-CPUS_PER_NODE = 8  # more than the machine has (SlurmdParameters=config_overrides): jobs overlap as --cores would
+CPUS_PER_NODE = 2  # per node, whatever the machine has (SlurmdParameters=config_overrides): 4 in all
 START_S = 120.0  # the longest any daemon may take to answer
+DEFAULT_CONF = Path("/etc/slurm/slurm.conf")  # Debian's compiled-in SLURM_CONF
 STOP_S = 30.0  # how long a daemon may take to exit on SIGTERM before SIGKILL
 
 
@@ -93,6 +96,8 @@ class Cluster:
         for sub in ("etc", "state", "log", "run", "munge", "mysql", "dev", *(f"spool/{n}" for n in NODES)):
             (root / sub).mkdir(parents=True, exist_ok=True)
         self.conf = root / "etc" / "slurm.conf"
+        self.linked = False  # whether DEFAULT_CONF is this cluster's link
+        self.tasks_log = root / "log" / "tasks.log"  # the task prolog's: job step rank node CUDA_VISIBLE_DEVICES
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
 
     # -- configuration --------------------------------------------------------------------------------
@@ -147,13 +152,18 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 MinJobAge=300
 KillWait=5
+TaskProlog={r}/etc/task_prolog.sh
 InactiveLimit=0
 {nodes}
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """)
         (r / "etc" / "gres.conf").write_text("".join(
             f"NodeName={n} Name=gpu File={','.join(str(f) for f in self.gpu_files(n))}\n" for n in NODES))
-        (r / "etc" / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
+        (r / "etc" / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")  # 22.05 has no "disabled"; v1 here
+        prolog = r / "etc" / "task_prolog.sh"  # one line per task started: which GPUs it was bound to
+        prolog.write_text("#!/bin/sh\necho \"$SLURM_JOB_ID $SLURM_STEP_ID $SLURM_PROCID $SLURMD_NODENAME "
+                          f"${{CUDA_VISIBLE_DEVICES-none}}\" >> {self.tasks_log}\n")
+        prolog.chmod(0o755)
         dbd = r / "etc" / "slurmdbd.conf"
         dbd.write_text(f"""\
 AuthType=auth/munge
@@ -221,7 +231,8 @@ StorageLoc=slurm_acct_db
         wait_for("mariadbd", answers, START_S, self.root / "log" / "mariadbd.out")
         sql = ("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'naspipe'; "
                "CREATE USER 'slurm'@'localhost' IDENTIFIED BY 'naspipe'; "
-               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';")
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; "
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';")
         done = self.run("mariadb", "--no-defaults", f"--socket={sock}", "-uroot", "-e", sql)
         if done.returncode != 0:
             raise RuntimeError(f"creating the slurm database user failed: {done.stderr}")
@@ -253,7 +264,20 @@ StorageLoc=slurm_acct_db
         idle = {line.split()[0] for line in states if line.strip() and line.split()[1] == "idle"}
         return idle == set(NODES)
 
+    def link_default_config(self) -> None:
+        """Point the clients' compiled-in path at this cluster's slurm.conf (removed again by :meth:`stop`).
+
+        The jobstep plugin runs each job's command with every ``SLURM_*`` variable but the job's identity
+        removed, SLURM_CONF included: an ``srun`` inside a job reads ``/etc/slurm/slurm.conf`` (or asks DNS).
+        """
+        if DEFAULT_CONF.exists() or DEFAULT_CONF.is_symlink():
+            raise Unavailable(f"{DEFAULT_CONF} exists: the SLURM cluster test would not replace a real configuration")
+        DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
+        DEFAULT_CONF.symlink_to(self.conf)
+        self.linked = True
+
     def start(self) -> None:
+        self.link_default_config()
         self.write_config()
         self.start_munge()
         self.start_mariadb()
@@ -262,6 +286,12 @@ StorageLoc=slurm_acct_db
     def stop(self) -> list[str]:
         """SIGTERM every daemon by its pid (last started first), SIGKILL after :data:`STOP_S`; what needed it."""
         killed = []
+        if any(n == "slurmctld" and p.poll() is None for n, p in self.daemons):
+            self.run("scancel", "--full", f"--cluster={CLUSTER}", "--user=root", timeout=STOP_S)
+            try:
+                wait_for("no job left", lambda: not self.run("squeue", "-h").stdout.strip(), STOP_S)
+            except TimeoutError:
+                killed.append("jobs still queued")
         for name, proc in reversed(self.daemons):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -272,6 +302,9 @@ StorageLoc=slurm_acct_db
                     proc.wait(timeout=STOP_S)
                     killed.append(name)
         self.daemons.clear()
+        if self.linked and DEFAULT_CONF.is_symlink() and DEFAULT_CONF.readlink() == self.conf:
+            DEFAULT_CONF.unlink()
+            self.linked = False
         return killed
 
 
@@ -281,7 +314,7 @@ def running_cluster(root: Path) -> Iterator[Cluster]:
     install_packages(root / "apt.log")
     cluster = Cluster(root)
     try:
-        cluster.start()
+        cluster.start()  # Unavailable (a real configuration in the way) still stops what was started
         yield cluster
     finally:
         cluster.stop()

@@ -82,7 +82,7 @@ def check(accounts: Mapping[str, Sequence[str]], without: Sequence[str], user: s
 
 
 def check_jobs(jobs: Iterable[Any], run: Runner = run_command) -> None:
-    """:func:`check` for the jobs Snakemake will submit (``job.is_local`` false; ``job.rule.name``, ``job.resources``)."""
+    """:func:`check` for the jobs Snakemake will submit (not ``job.is_local``; ``job.rule.name``, ``job.resources``)."""
     submitted = [(job.rule.name, job.resources) for job in jobs if not job.is_local]
     if submitted:
         check(*job_accounts(submitted), getpass.getuser(), run)
