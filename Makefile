@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: artifact test test-slow bench install clean
+.PHONY: artifact test test-slow test-cluster bench install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The workflow on a SLURM cluster (two nodes on this machine) started here (root; installs Debian's slurm, munge, mariadb when
+# missing), the CI config submitted through profiles/slurm against a local run: docs/cluster.md, section 6.
+test-cluster: $(STAMP)
+	$(PY) -m pytest -q -m cluster tests/test_slurm_cluster.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_scheduler.py

@@ -177,7 +177,8 @@ def test_paper_plan_under_slurm_gives_every_job_its_resources(tmp_path: Path) ->
         else:
             per_task = threads * stages if rule in ("train", "ablation") else (threads if rule != "profile" else 1)
             assert r["cpus_per_task"] == str(per_task), (rule, r)
-            assert "srun" not in shell and r.get("mpi", "") == "" and r.get("tasks", "1") == "1", (rule, r, shell)
+            # no mpi key at all (not even an empty one): the jobstep plugin then runs the job in `srun -n1`
+            assert "srun" not in shell and "mpi" not in r and r.get("tasks", "1") == "1", (rule, r, shell)
     limits = {int(r["runtime"]) for rule, r, _ in submitted if rule == "train"}
     assert max(limits) < 24 * 60  # from the simulator's prediction, not a flat day per job
 

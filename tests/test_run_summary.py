@@ -183,6 +183,32 @@ def test_cpu_line_counts_the_latest_invocation_and_never_a_report():
     assert rs.cpu_percent(jobs) == (100.0 * 70.0 / 30.0, 70.0, 30.0)
 
 
+def test_cpu_line_of_a_cluster_run_names_its_slurm_jobs_and_measures_no_cpu_percent(tmp_path):
+    """Jobs submitted to SLURM ran on their allocations' cores: counted and named (ids, hosts), CPU% not measured."""
+    record = tmp_path / "jobclock.tsv"
+    for line in (jobclock.record_line("s", 0.0, 50.0, 40.0, ["naspipe partition"], ("login", "")),
+                 *(jobclock.record_line("s", 1.0 + i, 60.0, 20.0, ["naspipe train"], ("n1", str(40 + i)))
+                   for i in (1, 2, 3, 5)),
+                 jobclock.record_line("s", 2.0, 70.0, 10.0, ["naspipe search"], ("n2", "47"))):
+        jobclock.append(record, line)
+    (line,) = parse(rs.body(pd.DataFrame([rs.cpu_row(rs.read_clock(record), 2)], columns=rs.COLUMNS)))
+    assert line["measured"] == ("6 jobs, 130 CPU s (every process of each job): 5 SLURM jobs (41-43, 45, 47) on "
+                                "n1, n2 and 1 on the submitting host (the report's own job not counted)")
+    assert line["shows"] == "not measured" and line["why"].startswith("5 of the 6 jobs ran in SLURM allocations")
+    # the whole workflow inside one allocation (the report's own): its jobs used this machine's cores
+    inside = rs.read_clock(record)
+    inside["slurm_job"] = "9"
+    (line,) = parse(rs.body(pd.DataFrame([rs.cpu_row(inside, 2, "9")], columns=rs.COLUMNS)))
+    assert line["measured"].startswith("186% CPU: 6 jobs, 130 CPU s")
+
+
+def test_a_job_clock_file_without_the_place_columns_still_reads(tmp_path):
+    old = tmp_path / "jobclock.tsv"
+    old.write_text("s\t1.000\t2.000\t0.500\tpython -m naspipe train\n")
+    (row,) = rs.read_clock(old).to_dict("records")
+    assert (row["cpu_s"], row["host"], row["slurm_job"]) == (0.5, "", "")
+
+
 def test_a_broken_job_clock_file_is_named(tmp_path):
     bad = tmp_path / "jobclock.tsv"
     bad.write_text("s\tnot-a-time\t2\t3\tcmd\n")

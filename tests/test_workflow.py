@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -227,6 +228,22 @@ def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
             assert (tmp_path / run / "weights.sha256").is_file()
         digests = {(tmp_path / run / "weights.sha256").read_text() for run in runs}
         assert len(digests) == 1  # csp over two srun tasks is bitwise the sequential reference
+
+
+def test_slurm_profile_refuses_an_account_before_submitting_anything(tmp_path: Path) -> None:
+    """An account the user has no association with stops the run with one line before the first sbatch."""
+    state = tmp_path / "fake"
+    state.mkdir()
+    env = {"FAKE_SLURM_DIR": str(state), "FAKE_SLURM_ACCOUNTS": "naspipe other",
+           "PATH": f"{FAKE_SLURM}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = snakemake("results/runs/toy/csp/D1-seed0", "--profile", str(ROOT / "profiles" / "slurm"), "--configfile",
+                     str(_slurm_config(tmp_path / "c.yaml")), "--directory", str(tmp_path), "--default-resources",
+                     "slurm_account=nosuch", env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert errors == ["naspipe workflow: config error: slurm_account: 'nosuch' (jobs of train) is not an account of "
+                      f"user {getpass.getuser()} on this cluster (sacctmgr lists: naspipe, other)"], done.stderr
+    assert not (state / "sbatch.jsonl").exists() and not (tmp_path / "results" / "runs").exists()
 
 
 @pytest.fixture(scope="module")

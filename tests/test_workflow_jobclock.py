@@ -29,8 +29,9 @@ def test_an_orphan_that_outlives_the_command_is_counted(tmp_path: Path) -> None:
                            "bash", "-c", orphan], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stderr  # the command's own status comes back
     (line,) = record.read_text().splitlines()
-    session, start, end, cpu, command = line.split("\t")
+    session, start, end, cpu, command, host, slurm_job = line.split("\t")
     assert session == "s1" and float(end) - float(start) >= 0.4 and command.startswith("bash -c (")
+    assert (host, slurm_job) == jobclock.where()  # where it ran: this host, no SLURM job (unless the suite runs in one)
     assert float(cpu) >= 0.35  # the orphan's 0.4 CPU s (GNU time reports 0.00 for the same command)
 
 
@@ -39,6 +40,15 @@ def test_records_are_one_line_per_job_with_tabs_flattened(tmp_path: Path) -> Non
     jobclock.append(record, jobclock.record_line("s", 1.0, 2.5, 0.25, ["echo", "a\tb\nc"]))
     jobclock.append(record, jobclock.record_line("s", 2.0, 3.0, 0.5, ["true"]))
     assert record.read_text().splitlines() == ["s\t1.000\t2.500\t0.250\techo a b c", "s\t2.000\t3.000\t0.500\ttrue"]
+
+
+def test_one_session_per_invocation_inherited_by_its_jobs() -> None:
+    """The submitting snakemake makes the session and exports it; a SLURM job (a new snakemake reading the
+    Snakefile again, in the exported environment) gets the same one instead of making its own."""
+    submitting: dict[str, str] = {}
+    made = jobclock.session_of(submitting)
+    assert submitting == {jobclock.SESSION_ENV: made} and jobclock.session_of(dict(submitting)) == made
+    assert jobclock.session_of({}) != "" and jobclock.session_of({jobclock.SESSION_ENV: "7-1"}) == "7-1"
 
 
 def test_a_usage_error_names_the_form() -> None:

@@ -7,7 +7,12 @@ The workflow wraps every job's command in the second form (:func:`prefix` and :d
 workflow/rules/common.smk's ``shell.prefix``/``shell.suffix``), so a command that is several shell
 statements (``export MASTER_ADDR=...; srun ...``) is timed whole. It runs the command,
 waits for it, reaps every descendant left behind, then appends one tab-separated line to FILE:
-``session  start  end  cpu_s  command`` (epoch seconds; ``cpu_s`` user + system of the whole tree).
+``session  start  end  cpu_s  command  host  slurm_job`` (epoch seconds; ``cpu_s`` user + system of the
+whole tree; where it ran: the host name and, inside a SLURM allocation, its job id, else empty).
+
+SESSION names one workflow invocation. Under SLURM every job is a new snakemake that reads the Snakefile
+again, so the session cannot be made there: the submitting snakemake makes it once (:func:`session_of`) and
+exports it in :data:`SESSION_ENV`, which sbatch (``--export=ALL``) and srun pass on to every job.
 
 Why not GNU time or Snakemake's ``benchmark:`` files: a multi-stage training job's stage processes
 are children of multiprocessing's fork server, which the job never waits for, so their CPU never
@@ -27,10 +32,11 @@ import os
 import resource
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from naspipe.plan import paths
@@ -39,6 +45,19 @@ RECORD = paths.results("benchmarks/jobclock.tsv")  # relative to the workflow's 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 ORPHAN_WAIT_S = 30.0  # how long descendants may outlive the command before the clock stops waiting
 COLUMNS = ("session", "start", "end", "cpu_s", "command")
+WHERE = ("host", "slurm_job")  # after the command: files written before these columns existed still read
+SESSION_ENV = "NASPIPE_JOB_SESSION"
+
+
+def session_of(environ: MutableMapping[str, str]) -> str:
+    """This workflow invocation's session: the one in ``environ`` (a job of a cluster run), else a new one,
+    exported in ``environ`` so that the jobs this process submits or runs inherit it."""
+    return environ.setdefault(SESSION_ENV, f"{int(time.time())}-{os.getpid()}")
+
+
+def where() -> tuple[str, str]:
+    """The host this job runs on and its SLURM job id ("" outside an allocation)."""
+    return socket.gethostname(), os.environ.get("SLURM_JOB_ID", "")
 
 
 def become_subreaper() -> bool:
@@ -67,9 +86,11 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def record_line(session: str, start: float, end: float, cpu: float, command: Sequence[str]) -> str:
-    """One line of FILE (tabs and newlines in the command flattened, so a line is always one job)."""
-    text = " ".join(command).replace("\t", " ").replace("\n", " ")
+def record_line(session: str, start: float, end: float, cpu: float, command: Sequence[str],
+                place: Sequence[str] = ()) -> str:
+    """One line of FILE (tabs and newlines flattened, so a line is always one job); ``place``: :func:`where`."""
+    fields = [" ".join(command), *place]
+    text = "\t".join(f.replace("\t", " ").replace("\n", " ") for f in fields)
     return f"{session}\t{start:.3f}\t{end:.3f}\t{cpu:.3f}\t{text}\n"
 
 
@@ -96,7 +117,7 @@ def run(record: Path, session: str, command: Sequence[str]) -> int:
         signal.signal(signum, forward)
     status = child.wait()
     reap_orphans(time.monotonic() + ORPHAN_WAIT_S)
-    append(record, record_line(session, start, time.time(), children_cpu(), command))
+    append(record, record_line(session, start, time.time(), children_cpu(), command, where()))
     return status if status >= 0 else 128 - status
 
 

@@ -372,7 +372,9 @@ class Workflow:
             nodes=lambda w: self.nodes(w.stages),
             tasks=lambda w: int(w.stages) if multi(w) else 1,
             tasks_per_gpu=lambda w: 1 if multi(w) else 0,
-            mpi=lambda w: "srun" if multi(w) else "",
+            # only a multi-node job is an MPI job: the jobstep plugin tests for the key (even ""), and without it a
+            # one-node job runs in `srun -n1` like every other rule's, its GPUs and CPUs bound to that step
+            mpi=lambda w: "srun" if multi(w) else None,
             **self.partition_resource(rule),
             cpus_per_task=lambda w: plan_resources.cpus(c, rule) * per_stage(w),
             mem_mb=lambda w: plan_resources.train_mem_mb(c, rule, int(w.stages), estimate_of(w)),

@@ -14,7 +14,9 @@ paper's *phenomena* the run they just made actually shows, and why not where it 
 - the machine is used: the workflow's CPU% on its cores, the jobs' CPU seconds over the span
   from the first job's start to the last one's end, from the job clock's records
   (naspipe.plan.jobclock: every job's whole process tree, stage processes included). The
-  report is the workflow's last job and cannot time itself: its own CPU is not counted.
+  report is the workflow's last job and cannot time itself: its own CPU is not counted. Jobs
+  submitted to SLURM ran on cores of their own allocations: the line then counts and names
+  them (job ids, hosts) and says the CPU% is not measured.
 
 Every number is computed from the tables the other sections build (Table 2, Table 3), the
 run directories Figure 4 reads and the job clock's file beside them; nothing is typed in. The
@@ -199,9 +201,10 @@ def throughput_rows(table2: pd.DataFrame, cores: int | None) -> list[dict[str, s
 
 def read_clock(path: Path) -> pd.DataFrame:
     """The job clock's records (naspipe.plan.jobclock.COLUMNS), one row per finished job."""
+    names = [*jobclock.COLUMNS, *jobclock.WHERE]
     try:
-        frame = pd.read_csv(path, sep="\t", names=list(jobclock.COLUMNS), header=None, quoting=csv.QUOTE_NONE,
-                            dtype={"session": str, "command": str})
+        frame = pd.read_csv(path, sep="\t", names=names, header=None, quoting=csv.QUOTE_NONE,
+                            dtype=dict.fromkeys(["session", "command", *jobclock.WHERE], str), keep_default_na=False)
         frame[["start", "end", "cpu_s"]] = frame[["start", "end", "cpu_s"]].astype(float)
     except (ValueError, pd.errors.ParserError) as exc:
         raise UsageError(f"{path}: not a job clock file ({jobclock.__name__}): {exc}") from None
@@ -225,9 +228,46 @@ def cpu_percent(jobs: pd.DataFrame) -> tuple[float, float, float]:
     return (100.0 * cpu / span if span > 0 else float("nan")), cpu, span
 
 
-def cpu_row(jobs: pd.DataFrame | None, cores: int | None) -> dict[str, str]:
-    """The workflow's CPU% against 85% of every core (170% on 2), from its jobs' clock records."""
+def submitted(jobs: pd.DataFrame, allocation: str) -> pd.DataFrame:
+    """The jobs that ran as SLURM jobs of their own: an allocation other than ``allocation`` (the report's own,
+    "" outside SLURM; a whole workflow run inside one allocation counts its cores as this machine's)."""
+    if "slurm_job" not in jobs.columns:
+        return jobs.iloc[0:0]
+    ids = jobs["slurm_job"].fillna("").astype(str)
+    return jobs[(ids != "") & (ids != allocation)]
+
+
+def id_ranges(ids: Sequence[str]) -> str:
+    """SLURM job ids as runs of consecutive numbers ("41-52, 55"); ids that are not numbers as they are."""
+    numbers = sorted({int(i) for i in ids if i.isdigit()})
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    text = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
+    return ", ".join([*text, *sorted({i for i in ids if not i.isdigit()})])
+
+
+def cluster_cpu_row(jobs: pd.DataFrame, cluster: pd.DataFrame, target: str) -> dict[str, str]:
+    """The CPU line of a run whose jobs went to SLURM: what each job used is known, the cores it had are not."""
+    hosts = ", ".join(sorted(set(cluster["host"].astype(str)) - {""})) or "unknown hosts"
+    here = len(jobs) - len(cluster)
+    measured = (f"{len(jobs)} jobs, {jobs['cpu_s'].sum():.0f} CPU s (every process of each job): {len(cluster)} SLURM "
+                f"jobs ({id_ranges(list(cluster['slurm_job'].astype(str)))}) on {hosts} and {here} on the submitting "
+                "host (the report's own job not counted)")
+    why = (f"{len(cluster)} of the {len(jobs)} jobs ran in SLURM allocations of their own, whose cores are not this "
+           "machine's: CPU% against its cores would mean nothing")
+    return _row("cores kept busy", "all", measured, target, "not measured", why)
+
+
+def cpu_row(jobs: pd.DataFrame | None, cores: int | None, allocation: str = "") -> dict[str, str]:
+    """The workflow's CPU% against 85% of every core (170% on 2), from its jobs' clock records; ``allocation``:
+    the report's own SLURM job id ("" outside SLURM)."""
     target = f"CPU% >= {100 * CORE_SHARE * cores:.0f} on {cores} cores" if cores else "CPU% near 100 x cores"
+    if jobs is not None and not submitted(jobs, allocation).empty:
+        return cluster_cpu_row(jobs, submitted(jobs, allocation), target)
     if jobs is None or jobs.empty or not cores:
         why = ("the CPU count of this machine is unknown" if jobs is not None and not jobs.empty else
                f"no job clock records ({jobclock.RECORD}) beside the runs: the report ran outside the workflow")
@@ -263,9 +303,9 @@ def _row(phenomenon: str, space: str, measured: str, target: str, shows: str, wh
 def summary_frame(losses: pd.DataFrame, table3: pd.DataFrame, table2: pd.DataFrame,
                   winners: Mapping[str, tuple[str, float]], random: Mapping[str, Sequence[float]],
                   lower_is_better: Mapping[str, bool], cores: int | None,
-                  jobs: pd.DataFrame | None = None) -> pd.DataFrame:
+                  jobs: pd.DataFrame | None = None, allocation: str = "") -> pd.DataFrame:
     rows = [*loss_rows(losses), *spread_rows(table3), *search_rows(winners, random, lower_is_better),
-            *throughput_rows(table2, cores), cpu_row(jobs, cores)]
+            *throughput_rows(table2, cores), cpu_row(jobs, cores, allocation)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -311,7 +351,8 @@ def random_scores(inputs: ReportInputs, winners: Mapping[str, tuple[str, float]]
 def build(inputs: ReportInputs) -> Table:
     winners, lower = search_winners(inputs)
     frame = summary_frame(loss_frame(run_curves(inputs)), repro_frame(inputs), system_frame(inputs), winners,
-                          random_scores(inputs, winners), lower, os.cpu_count(), workflow_jobs(inputs))
+                          random_scores(inputs, winners), lower, os.cpu_count(), workflow_jobs(inputs),
+                          os.environ.get("SLURM_JOB_ID", ""))
     return Table(NAME, TITLE, frame, _reading(frame), body=body(frame))
 
 

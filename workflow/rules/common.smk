@@ -5,7 +5,6 @@ their commands and resources; naspipe.plan.paths says where every output and log
 """
 
 import os
-import time
 
 from naspipe.plan import jobclock
 from naspipe.plan.order import job_times_prefix, priority
@@ -20,8 +19,9 @@ from naspipe.plan.workflow import (
 )
 
 # every job's command runs under naspipe.plan.jobclock: its whole process tree's CPU seconds, start and end,
-# one line per job in jobclock.RECORD (the run summary's CPU%; one session per invocation)
-JOB_SESSION = f"{int(time.time())}-{os.getpid()}"
+# one line per job in jobclock.RECORD (the run summary's CPU%); one session per invocation, made by the
+# submitting snakemake and inherited through the environment by every SLURM job (which reads this file again)
+JOB_SESSION = jobclock.session_of(os.environ)
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)
 shell.prefix(
