@@ -133,12 +133,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("naspipe: error: interrupted by SIGINT", file=sys.stderr)
         return 128 + signal.SIGINT
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a path the user gave (or one made from it): bad input
+            print(f"naspipe: error: {_too_long(exc)}", file=sys.stderr)
+            return 2
         if exc.errno != errno.ENOSPC:
             raise
         from naspipe.fsutil import no_space
 
         print(f"naspipe: error: {no_space(exc.filename)}", file=sys.stderr)
         return 1
+
+
+def _too_long(exc: OSError) -> str:
+    """ENAMETOOLONG in one line: the path and its longest component (a file system allows 255 bytes in most)."""
+    path = os.fsdecode(exc.filename or "")
+    longest = max(path.split(os.sep), key=len) if path else ""
+    shown = longest if len(longest) <= 40 else f"{longest[:20]}...{longest[-12:]}"
+    return (f"path too long for the file system ({exc.strerror}): a component of {len(longest.encode())} bytes "
+            f"({shown!r}) in a path of {len(path.encode())}")
 
 
 def _closed_pipe() -> int:

@@ -110,6 +110,8 @@ def read_json_object(path: Path, label: str) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"{label}: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise UsageError(f"{label}: not valid JSON (nested too deeply)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         detail = f"{exc.msg}, line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         raise UsageError(f"{label}: not valid JSON ({detail})") from None
@@ -132,6 +134,14 @@ def check_creatable(path: Path, flag: str) -> None:
             pass
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+
+def check_out_file(path: Path, flag: str = "--out") -> None:
+    """UsageError unless ``path`` can become a file: it names one (``''`` and ``.`` do not), is not a
+    directory, and its directory is writable. A rename onto ``.`` or a directory failed with a traceback."""
+    if not path.name or path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r}: is a directory (a file path is expected)")
+    check_creatable(path, flag)
 
 
 def no_space(where: object) -> str:

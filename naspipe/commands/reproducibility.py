@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from naspipe.fsutil import atomic_write_json
+from naspipe.fsutil import atomic_write_json, check_out_file
 from naspipe.report.reproducibility import build
 from naspipe.rundigest import add_undigested_argument
 
@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_file(args.out)
     data = build(args.reference, args.runs, args.undigested)
     atomic_write_json(args.out, data)
     for e in data["runs"]:
