@@ -57,6 +57,7 @@ def _subnet_choices(path: Path | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.runplan.rundir import RunDirGone
     from naspipe.runtime.launch import StageFailed, train
     from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
-    except StageFailed as exc:
+    except (StageFailed, RunDirGone) as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:

@@ -41,6 +41,7 @@ import torch
 
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write_bytes, atomic_write_json
+from naspipe.runplan.rundir import check_still_there
 from naspipe.runtime.windowed import SharedWindows, split_state
 from naspipe.scheduling.policies import POLICIES
 
@@ -74,6 +75,7 @@ def save_stage(directory: Path, stage: int, layers: dict[int, dict[str, torch.Te
     full disk into ``RuntimeError: ... unexpected pos``, a traceback, where the file's own write
     raises ``OSError(ENOSPC)``, the one line every full disk gets.
     """
+    check_still_there(directory.parent.parent)  # never re-create a removed DIR.partial with a partial checkpoint
     directory.mkdir(parents=True, exist_ok=True)
     for layer, state in layers.items():
         shard = {"params": {k: v.detach().cpu() for k, v in state.items()}, "optimizer": optimizers.get(layer)}
