@@ -112,7 +112,10 @@ EXTRAS = {"pandas": "report", "seaborn": "report", "matplotlib": "report", "snak
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = args_list[0] if args_list and args_list[0] in COMMANDS else None
-    args = build_parser(command).parse_args(args_list)
+    try:  # building the parser imports the command's module (torch for some): Ctrl-C there is one line too
+        args = build_parser(command).parse_args(args_list)
+    except KeyboardInterrupt:
+        return interrupted()
     try:
         return _runner(args.command)(args)
     except UsageError as exc:
@@ -127,18 +130,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _closed_pipe()
     except KeyboardInterrupt:
-        from naspipe.runtime.lifecycle import ignore_further_signals
-
-        ignore_further_signals()  # exiting: a second signal must not change the status
-        print("naspipe: error: interrupted by SIGINT", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return interrupted()
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a path the user gave (or one made from it): bad input
+            print(f"naspipe: error: {_too_long(exc)}", file=sys.stderr)
+            return 2
         if exc.errno != errno.ENOSPC:
             raise
         from naspipe.fsutil import no_space
 
         print(f"naspipe: error: {no_space(exc.filename)}", file=sys.stderr)
         return 1
+
+
+def interrupted() -> int:
+    """Ctrl-C: one line and exit status 130, whatever the command was doing (importing, parsing, running)."""
+    from naspipe.runtime.lifecycle import ignore_further_signals
+
+    ignore_further_signals()  # exiting: a second signal must not change the status
+    print("naspipe: error: interrupted by SIGINT", file=sys.stderr)
+    return 128 + signal.SIGINT
+
+
+def _too_long(exc: OSError) -> str:
+    """ENAMETOOLONG in one line: the path and its longest component (a file system allows 255 bytes in most)."""
+    path = os.fsdecode(exc.filename or "")
+    longest = max(path.split(os.sep), key=len) if path else ""
+    shown = longest if len(longest) <= 40 else f"{longest[:20]}...{longest[-12:]}"
+    return (f"path too long for the file system ({exc.strerror}): a component of {len(longest.encode())} bytes "
+            f"({shown!r}) in a path of {len(path.encode())}")
 
 
 def _closed_pipe() -> int:

@@ -3,15 +3,16 @@
 Two runs are identical when every loss (compared as exact ``float.hex()`` strings) and every
 layer digest match. Otherwise the report names the first subnet whose loss differs and the
 first layers whose tensors differ, which is where to start looking. A run whose files do not
-match its own digests (:mod:`naspipe.rundigest`) is damaged, not different: that is a
-one-line error (exit 2), never a verdict.
+pass the one run verifier (:func:`naspipe.rundigest.verify_run`, which ``reproducibility``
+and ``report`` use too) is damaged, not different: that is a one-line error (exit 2), never
+a verdict.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +31,11 @@ class RunRecord:
     digests: dict[str, str] = field(default_factory=dict)  # SHA-256 of each file read, as verified
 
 
-def read_run(path: Path) -> RunRecord:
-    """A run's losses, layer digests and weights digest; unreadable input is a UsageError naming file and line."""
+def read_run(path: Path, undigested: Collection[Path] = ()) -> RunRecord:
+    """A run's losses, layer digests and weights digest; unreadable input is a UsageError naming file and line.
+
+    ``undigested``: runs the user names as made before ``outputs.sha256`` existed (see :func:`verify_run`).
+    """
     if not path.is_dir():
         why = "not a directory" if path.exists() else "no such directory"
         raise UsageError(f"{path}: not a run directory ({why}; a run holds {', '.join(RUN_FILES)})")
@@ -44,7 +48,7 @@ def read_run(path: Path) -> RunRecord:
         if isinstance(exc, UsageError):
             raise
         raise UsageError(f"{weights_path}: {exc}") from None
-    digests = verify_run(path, RUN_FILES)  # after parsing: a malformed row is named by line
+    digests = verify_run(path, undigested)  # after parsing: a malformed row is named by line
     return RunRecord(path, losses, layers, weights, digests)
 
 
@@ -126,10 +130,10 @@ def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:
     return problems
 
 
-def compare_runs(paths: list[Path]) -> tuple[bool, str]:
+def compare_runs(paths: list[Path], undigested: Collection[Path] = ()) -> tuple[bool, str]:
     if len(paths) < 2:
         raise UsageError("compare needs at least two run directories")
-    runs = [read_run(p) for p in paths]
+    runs = [read_run(p, undigested) for p in paths]
     lines, same = [], True
     for other in runs[1:]:
         problems = compare_pair(runs[0], other)

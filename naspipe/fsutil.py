@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -38,6 +39,18 @@ def temp_dir_beside(out: Path, suffix: str) -> Path:
     return tmp
 
 
+ASIDE = ".old"  # the suffix of the hidden directory that holds the replaced ``out`` while replace_path runs
+
+
+def aside_copies(out: Path) -> list[Path]:
+    """The hidden ``.OUT.XXXXXXXX.old`` directories :func:`replace_path` made for ``out`` (left behind only
+    when it was killed before deleting one); exactly its names, never those of another output's."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.[a-z0-9_]{{8}}{re.escape(ASIDE)}")
+    if not out.parent.is_dir():
+        return []
+    return sorted(p for p in out.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
+
+
 def replace_path(new: Path, out: Path) -> None:
     """Put ``new`` (a file or directory beside ``out``) in place of ``out``, whole.
 
@@ -48,7 +61,7 @@ def replace_path(new: Path, out: Path) -> None:
     if not os.path.lexists(out):
         os.rename(new, out)
         return
-    old = temp_dir_beside(out, ".old")
+    old = temp_dir_beside(out, ASIDE)
     aside = old / "previous"
     os.rename(out, aside)
     try:
@@ -110,6 +123,8 @@ def read_json_object(path: Path, label: str) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"{label}: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise UsageError(f"{label}: not valid JSON (nested too deeply)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         detail = f"{exc.msg}, line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         raise UsageError(f"{label}: not valid JSON ({detail})") from None
@@ -132,6 +147,14 @@ def check_creatable(path: Path, flag: str) -> None:
             pass
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+
+def check_out_file(path: Path, flag: str = "--out") -> None:
+    """UsageError unless ``path`` can become a file: it names one (``''`` and ``.`` do not), is not a
+    directory, and its directory is writable. A rename onto ``.`` or a directory failed with a traceback."""
+    if not path.name or path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r}: is a directory (a file path is expected)")
+    check_creatable(path, flag)
 
 
 def no_space(where: object) -> str:

@@ -1,29 +1,32 @@
-"""A run's record of its own result files (``outputs.sha256``), checked by everything that judges a run.
+"""A run's record of its own result files (``outputs.sha256``), and the one verifier of a run.
 
 A finished run writes the SHA-256 of each result file (losses, layer and weights digests,
-access order) into ``outputs.sha256``, in
-``sha256sum`` format, so ``sha256sum -c outputs.sha256`` inside the run checks it by hand.
-Readers that judge a run (``naspipe compare``, ``naspipe reproducibility``, ``naspipe
-report``) verify the files they read against it first: a changed digit or a truncated
-``losses.csv`` is damage, reported as one line naming the file, and never becomes a verdict.
-Two checks hold with or without that file (runs written before it existed have none):
-``weights.sha256`` is the hash of ``layer_hashes.csv``'s digests, and ``losses.csv`` holds
-as many losses as ``metrics.json`` says the run trained.
+access order) into ``outputs.sha256``, in ``sha256sum`` format, so ``sha256sum -c
+outputs.sha256`` inside the run checks it by hand. Every command that judges a run
+(``naspipe compare``, ``naspipe reproducibility``, ``naspipe report``) reads it through
+:func:`verify_run` first, so they agree on what a sound run is: ``metrics.json`` a JSON
+object, ``outputs.sha256`` present (every run this version publishes has one: a missing one
+is damage, not a reason to check less) and naming only files inside the run, each file it
+names unchanged, ``weights.sha256`` the hash of ``layer_hashes.csv``'s digests, and
+``losses.csv`` as long as ``metrics.json`` says. A run made before digests were recorded is
+accepted without the file only when the caller names it (``--undigested RUN``); a simulated
+run records measurements, not results, and has none. Damage is one line naming the file,
+never a verdict.
 
 Imports no torch: the runtime writes the file, torch-free readers check it.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
-import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_text
+from naspipe.fsutil import atomic_write_text, read_json_object
 
 DIGESTS = "outputs.sha256"
 # The results a verdict or a table is made of. metrics.json and trace.json are measurements
@@ -66,32 +69,66 @@ def recorded_digests(run_dir: Path) -> dict[str, str] | None:
         match = _LINE.match(line)
         if match is None or match.group(2) in recorded:
             raise UsageError(f"{path} line {number}: damaged (expected '<sha256>  <file>' once per file)")
+        _check_inside(run_dir, match.group(2), f"{path} line {number}")
         recorded[match.group(2)] = match.group(1)
     return recorded
 
 
-def verify_run(run_dir: Path, names: Iterable[str] | None = None) -> dict[str, str]:
-    """Check ``names`` (default: every file the run recorded) and the run's own consistency; their digests.
+def _check_inside(run_dir: Path, name: str, where: str) -> None:
+    """A recorded name must be a file of the run: relative, no ``..``, and not a link that leads out of it
+    (a verifier that hashed ``../../etc/hostname`` would read, and vouch for, a file of someone else's)."""
+    parts = Path(name).parts
+    outside = Path(name).is_absolute() or ".." in parts
+    if not outside:
+        root = run_dir.resolve()
+        outside = not (run_dir / name).resolve().is_relative_to(root)
+    if outside:
+        raise UsageError(f"{where}: damaged (names {name!r}, which is not a file inside the run directory)")
 
-    Raises a one-line :class:`UsageError` naming the first damaged file. The digests returned
-    let a verdict record exactly which bytes it judged (see :func:`check_unchanged`).
+
+def verify_run(run_dir: Path, undigested: Collection[Path] = ()) -> dict[str, str]:
+    """Check a run as every reader must before judging it; the SHA-256 of each file it recorded.
+
+    Raises a one-line :class:`UsageError` naming the first problem: not a directory, an
+    unreadable ``metrics.json``, a missing or malformed ``outputs.sha256`` (unless the run is
+    simulated, or is one of ``undigested``: runs the user names as made before digests were
+    recorded), a recorded file changed or gone, or results inconsistent with each other. The
+    digests returned let a verdict record exactly which bytes it judged (see :func:`check_unchanged`).
     """
-    recorded = recorded_digests(run_dir) or {}
-    wanted = list(recorded) if names is None else list(names)
+    if not run_dir.is_dir():
+        why = "not a directory" if run_dir.exists() else "no such directory"
+        raise UsageError(f"{run_dir}: not a run directory ({why})")
+    metrics = read_json_object(run_dir / "metrics.json", f"{run_dir / 'metrics.json'}")
+    recorded = recorded_digests(run_dir)
+    if recorded is None and metrics.get("simulated") is not True and not _named(run_dir, undigested):
+        raise UsageError(f"{run_dir / DIGESTS}: missing (every run naspipe publishes records its results there, so "
+                         "the run is damaged or unfinished; for a run made before digests were recorded, pass "
+                         f"--undigested {run_dir})")
     current: dict[str, str] = {}
-    for name in wanted:
+    for name, digest in (recorded or {}).items():
         path = run_dir / name
         if not path.is_file():
-            if name in recorded:
-                raise UsageError(f"{path}: damaged (missing, though the run's {DIGESTS} lists it)")
-            continue
+            raise UsageError(f"{path}: damaged (missing, though the run's {DIGESTS} lists it)")
         current[name] = file_sha256(path)
-        if name in recorded and current[name] != recorded[name]:
+        if current[name] != digest:
             raise UsageError(f"{path}: damaged (its SHA-256 {current[name][:12]}... is not the "
-                             f"{recorded[name][:12]}... recorded in {run_dir / DIGESTS})")
+                             f"{digest[:12]}... recorded in {run_dir / DIGESTS})")
     _check_weights(run_dir)
-    _check_loss_count(run_dir)
+    _check_loss_count(run_dir, metrics)
     return current
+
+
+def add_undigested_argument(parser: argparse.ArgumentParser) -> None:
+    """``--undigested RUN``: the one way to accept a run without ``outputs.sha256`` (compare, reproducibility,
+    report), named run by run so that a digest file deleted from a new run never switches the check off."""
+    parser.add_argument("--undigested", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
+                        help="runs made before naspipe recorded outputs.sha256: checked for consistency only")
+
+
+def _named(run_dir: Path, runs: Collection[Path]) -> bool:
+    """Whether ``run_dir`` is one of ``runs`` (compared as resolved paths)."""
+    here = run_dir.resolve()
+    return any(Path(r).resolve() == here for r in runs)
 
 
 def check_unchanged(run_dir: Path, judged: Mapping[str, str], label: str) -> None:
@@ -117,17 +154,16 @@ def _check_weights(run_dir: Path) -> None:
         raise UsageError(f"{weights}: damaged (does not match the layer digests in {hashes.name})")
 
 
-def _check_loss_count(run_dir: Path) -> None:
+def _check_loss_count(run_dir: Path, metrics: Mapping[str, object]) -> None:
     """``losses.csv`` must hold one row per subnet ``metrics.json`` says the run trained."""
-    losses, metrics = run_dir / "losses.csv", run_dir / "metrics.json"
-    if not (losses.is_file() and metrics.is_file()):
+    losses, trained = run_dir / "losses.csv", metrics.get("subnets")
+    if not losses.is_file() or not isinstance(trained, int):
         return
     try:
-        trained = json.loads(metrics.read_text(encoding="utf-8")).get("subnets")
         with losses.open("rb") as f:
             rows = sum(1 for line in f if line.strip()) - 1
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return  # the readers of metrics.json report it in their own words
-    if isinstance(trained, int) and rows != trained:
-        raise UsageError(f"{losses}: damaged ({max(rows, 0)} losses where {metrics.name} says {trained} subnets "
+    except OSError as exc:
+        raise UsageError(f"{losses}: damaged (unreadable: {exc.strerror or exc})") from None
+    if rows != trained:
+        raise UsageError(f"{losses}: damaged ({max(rows, 0)} losses where metrics.json says {trained} subnets "
                          "were trained)")

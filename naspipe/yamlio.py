@@ -35,8 +35,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_unique(text: str) -> Any:
-    """``yaml.safe_load`` that raises ``yaml.YAMLError`` on a duplicate key."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    """``yaml.safe_load`` that raises ``yaml.YAMLError`` on a duplicate key, and on nesting deeper than the
+    interpreter's recursion limit (PyYAML's recursive parser died with a RecursionError traceback)."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
 
 
 def parse_yaml(text: str, label: str) -> Any:

@@ -283,6 +283,162 @@ CASES += [
     Case("train-threads-overflow", train("--set", "threads=100000000000"), "'threads': 100000000000"),
 ]
 
+# -- issue 34: a run without its digest file, foreign profiles, paths out of the run, bad paths and sizes ------------
+def toy_profile(space: str = "toy", past_end: int = 0, **options: object) -> bytes:
+    """A profile CSV of the toy space with ``options`` (one row per op and position, sizes from its shape)."""
+    from naspipe.profile.costs import position_layer_ids, position_role
+    from naspipe.space import make_shape
+
+    shape = make_shape("toy", options)
+    s = shape.structure
+    lines = [PROFILE_HEADER]
+    for position in range(s.num_positions):
+        for op in dict.fromkeys(s.op_name(lid) for lid in position_layer_ids(s, position)):
+            lid = next(i for i in position_layer_ids(s, position) if s.op_name(i) == op)
+            where = f"{position}-{position + past_end}" if past_end else str(position)
+            lines.append(f"{space},{op},{position_role(s, position)},{where},1,8x8x16:float32,cpu,cpu,1,True,1,0,"
+                         f"1.5,3.0,0.01,{shape.layer_tensors(lid)[1]},4096\n")
+    return "".join(lines).encode()
+
+
+SMALL_OPTIONS = {"blocks": 4, "candidates": 3, "dim": 16, "seq_len": 8}
+
+
+def undigested_run(edit: Callable[[bytes], bytes]) -> Callable[[Path, Path], None]:
+    """A copy of the good run at ``{tmp}/bad``, ``losses.csv`` edited and ``outputs.sha256`` deleted."""
+
+    def setup(tmp: Path, run: Path) -> None:
+        damaged_run("losses.csv", edit)(tmp, run)
+        (tmp / "bad" / "outputs.sha256").unlink()
+
+    return setup
+
+
+def digest_line(name: str) -> Callable[[Path, Path], None]:
+    """A copy of the good run whose ``outputs.sha256`` also names ``name`` (outside the run)."""
+
+    def setup(tmp: Path, run: Path) -> None:
+        shutil.copytree(run, tmp / "bad", ignore=shutil.ignore_patterns("checkpoints"))
+        with (tmp / "bad" / "outputs.sha256").open("a") as f:
+            f.write(f"{'0' * 64}  {name}\n")
+
+    return setup
+
+
+def nested_json(name: str, depth: int = 100_000) -> Callable[[Path, Path], object]:
+    return write(name, b"[" * depth + b"]" * depth)
+
+
+def run_file(file: str, data: bytes, checkpoints: bool = False) -> Callable[[Path, Path], None]:
+    """A copy of the good run at ``{tmp}/bad`` with each ``file`` (a glob inside it) replaced by ``data``."""
+
+    def setup(tmp: Path, run: Path) -> None:
+        shutil.copytree(run, tmp / "bad", ignore=None if checkpoints else shutil.ignore_patterns("checkpoints"))
+        for target in (tmp / "bad").glob(file):
+            target.write_bytes(data)
+
+    return setup
+
+
+LONG = "n" * 300  # one path component longer than any Linux file system allows (255 bytes)
+HEX_DIGIT = replace_line(1, b"0x1.", b"0x1.f")  # the first loss_hex: one more hex digit, still a valid hex float
+SIM_SMALL = ("simulate", "--space", "toy", "--stages", "2", "--steps", "8", *SMALL)
+
+CASES += [
+    # item 1: outputs.sha256 deleted, one loss changed: damage, never DIFFERENT
+    Case("compare-no-digests-changed-loss", ("compare", "{run}", "{tmp}/bad"), "bad/outputs.sha256: missing",
+         undigested_run(HEX_DIGIT)),
+    Case("reproducibility-no-digests", ("reproducibility", "{run}", "{tmp}/bad", "--out", "{out}"),
+         "bad/outputs.sha256: missing", undigested_run(HEX_DIGIT)),
+    Case("report-no-digests", ("report", "--runs", "{tmp}/bad", "--out", "{out}"), "bad/outputs.sha256: missing",
+         undigested_run(HEX_DIGIT)),
+    # item 2: a profile of another space, other options, or past the space's end
+    Case("sim-costs-other-options", (*SIM_SMALL, "--costs", "{tmp}/p.csv", "--out", "{out}"),
+         "parameter bytes in the profile", write("p.csv", toy_profile(**{**SMALL_OPTIONS, "dim": 64}))),
+    Case("sim-costs-other-space", (*SIM_SMALL, "--costs", "{tmp}/p.csv", "--out", "{out}"),
+         "a profile of space 'nlp.tiny', not of 'toy'", write("p.csv", toy_profile("nlp.tiny", **SMALL_OPTIONS))),
+    Case("sim-costs-past-the-end", (*SIM_SMALL, "--costs", "{tmp}/p.csv", "--out", "{out}"),
+         "is past the end of space 'toy' (6 positions", write("p.csv", toy_profile(past_end=4,
+                                                                                              **SMALL_OPTIONS))),
+    Case("train-partition-costs-other-options", train("--set", "partition_costs={tmp}/p.csv"),
+         "parameter bytes in the profile", write("p.csv", toy_profile(**{**SMALL_OPTIONS, "dim": 64}))),
+    Case("train-partition-costs-other-space", train("--set", "partition_costs={tmp}/p.csv"),
+         "a profile of space 'cv.tiny', not of 'toy'", write("p.csv", toy_profile("cv.tiny", **SMALL_OPTIONS))),
+    Case("train-partition-costs-past-the-end", train("--set", "partition_costs={tmp}/p.csv"),
+         "is past the end of space 'toy'", write("p.csv", toy_profile(past_end=9, **SMALL_OPTIONS))),
+    # item 3: compare reads metrics.json like the others; outputs.sha256 names only files of the run
+    Case("compare-truncated-metrics", ("compare", "{run}", "{tmp}/bad"), "metrics.json: not valid JSON",
+         damaged_run("metrics.json", lambda d: d[:40])),
+    Case("reproducibility-digest-path-outside", ("reproducibility", "{run}", "{tmp}/bad", "--out", "{out}"),
+         "which is not a file inside the run directory", digest_line("../../../../etc/hostname")),
+    Case("report-digest-path-outside", ("report", "--runs", "{tmp}/bad", "--out", "{out}"),
+         "which is not a file inside the run directory", digest_line("../../../../etc/hostname")),
+    # item 8: bad paths and sizes that gave tracebacks
+    Case("train-out-empty", train()[:-1] + ("",), "--out '.': name a run directory"),
+    Case("train-resume-empty", train("--resume", ""), "--resume .: no complete checkpoint"),
+    Case("train-out-name-too-long", train()[:-1] + (f"{{tmp}}/{LONG}",), "a component of 300 bytes"),
+    Case("train-space-blocks-absurd", ("train", "--steps", "2", "--set", "space.blocks=1000000000", "--out", "{out}"),
+         "at most 1000000 are supported"),
+    Case("train-subnet-nested", train("--subnet", "{tmp}/s.json"), "nested too deeply", nested_json("s.json")),
+    Case("sim-costs-binary", simulate_costs("p.csv"), "p.csv:1: not a profile CSV (not UTF-8 text: byte 0x89)",
+         write("p.csv", b"\x89PNG\r\n\x1a\n\x00\xff" * 8)),
+    Case("train-lock-a-directory", train(), ".out.partial.lock (Is a directory)",
+         lambda tmp, run: (tmp.parent / ".out.partial.lock").mkdir()),
+]
+
+# -- issue 34: more of the same families, found by trying them (paths, sizes, encodings, nesting, foreign files) ---
+CASES += [
+    # paths
+    Case("reproducibility-out-empty", ("reproducibility", "{run}", "{run}", "--out", ""), "--out '.': is a directory"),
+    Case("reproducibility-out-a-directory", ("reproducibility", "{run}", "{run}", "--out", "{tmp}"), "is a directory"),
+    Case("partition-out-empty", ("partition", "--space", "toy", "--stages", "2", "--out", ""), "is a directory"),
+    Case("partition-out-a-directory", ("partition", "--space", "toy", "--stages", "2", "--out", "{tmp}"),
+         "is a directory"),
+    Case("compare-path-too-long", ("compare", "{run}", f"{{tmp}}/{LONG}"), "a component of 300 bytes"),
+    Case("train-resume-path-too-long", train("--resume", f"{{tmp}}/{LONG}"), "a component of 300 bytes"),
+    Case("sim-costs-path-too-long", simulate_costs(LONG), "a component of 300 bytes"),
+    Case("report-digest-absolute-path", ("report", "--runs", "{tmp}/bad", "--out", "{out}"),
+         "names '/etc/hostname'", digest_line("/etc/hostname")),
+    Case("compare-digest-path-outside", ("compare", "{run}", "{tmp}/bad"), "names '../metrics.json'",
+         digest_line("../metrics.json")),
+    # sizes
+    Case("train-space-candidates-absurd", train("--set", "space.candidates=2000000"), "at most 1000000"),
+    Case("sim-space-blocks-absurd", ("simulate", "--set", "space.blocks=1000000000", "--out", "{out}"),
+         "at most 1000000"),
+    Case("profile-space-blocks-absurd", ("profile", "--space", "toy", "--set", "space.blocks=1000000000", "--out",
+                                         "{out}"), "at most 1000000"),
+    Case("sim-costs-positions-huge", simulate_costs("p.csv"), "bad value '1-99999999999' in column 'positions'",
+         write("p.csv", profile_row().replace(b",1-8,", b",1-99999999999,"))),
+    # encodings
+    Case("sim-costs-utf16", simulate_costs("p.csv"), "p.csv:1: not a profile CSV (not UTF-8 text: byte 0xff)",
+         write("p.csv", PROFILE_HEADER.encode("utf-16"))),
+    Case("train-partition-costs-binary", train("--set", "partition_costs={tmp}/p.csv"), "not UTF-8 text",
+         write("p.csv", b"space,op\n\xff\xfe\n")),
+    Case("compare-metrics-not-utf8", ("compare", "{run}", "{tmp}/bad"), "metrics.json: not valid JSON (not UTF-8)",
+         damaged_run("metrics.json", lambda d: b"\xff" + d)),
+    # nesting
+    Case("train-config-nested", train("--config", "{tmp}/c.yaml"), "c.yaml: not valid YAML (nested too deeply)",
+         nested_json("c.yaml")),
+    Case("train-set-nested", train("--set", "space=" + "[" * 50_000 + "]" * 50_000), "nested too deeply"),
+    Case("train-partition-file-nested", train("--set", "partition_file={tmp}/p.json"), "nested too deeply",
+         nested_json("p.json")),
+    Case("compare-metrics-nested", ("compare", "{run}", "{tmp}/bad"), "metrics.json: not valid JSON (nested too",
+         damaged_run("metrics.json", lambda d: b"[" * 100_000 + b"]" * 100_000)),
+    Case("report-verdict-nested", ("report", "--runs", "{run}", "--reproducibility", "{tmp}/v.json", "--out", "{out}"),
+         "v.json: not valid JSON (nested too deeply)", nested_json("v.json")),
+    Case("evaluate-subnets-nested", ("evaluate", "--run", "{run}", "--subnets", "{tmp}/s.json", "--out", "{out}"),
+         "nested too deeply", nested_json("s.json")),
+    Case("resume-manifest-nested", ("train", "--steps", "8", *SMALL, "--resume", "{tmp}/bad", "--out", "{out}"),
+         "manifest.json: unreadable (nested too deeply)",
+         run_file("checkpoints/step-*/manifest.json", b"[" * 100_000 + b"]" * 100_000, checkpoints=True)),
+    # foreign files
+    Case("sim-costs-a-hardware-spec", simulate_costs("hw.yaml"), "hw.yaml: not a profile CSV (missing column",
+         write("hw.yaml", SHIPPED_HW)),
+    Case("train-partition-file-a-profile", train("--set", "partition_file={tmp}/p.csv"), "p.csv: not valid JSON",
+         write("p.csv", profile_row())),
+]
+
+
 # Also run as a real process: a config range, a damaged run to compare, a layer too large for memory.
 IN_SUBPROCESS = ("momentum<0", "compare-binary", "space-dim-huge")
 

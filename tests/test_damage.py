@@ -8,6 +8,7 @@ so the report refuses a verdict on files changed since.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -86,11 +87,12 @@ def test_compare_calls_damage_damage_not_a_difference(good_run, tmp_path, capsys
 
 @pytest.mark.parametrize("damage", ["header-only-losses", "digit-in-weights"])
 def test_runs_without_a_digest_file_are_still_checked_for_consistency(good_run, tmp_path, capsys, damage):
-    """Runs written before ``outputs.sha256`` existed: loss count against metrics.json, weights against layers."""
+    """Runs written before ``outputs.sha256`` existed, named so with ``--undigested``: loss count against
+    metrics.json, weights against layers."""
     edit = header_only if damage == "header-only-losses" else change_digit("weights.sha256")
     bad = copy_run(good_run, tmp_path / "bad", edit)
     (bad / DIGESTS).unlink()
-    err = errors(capsys, ["compare", str(good_run), str(bad)])
+    err = errors(capsys, ["compare", str(good_run), str(bad), "--undigested", str(bad)])
     expected = "losses.csv: damaged (0 losses where metrics.json says 4" if damage == "header-only-losses" else \
         "weights.sha256: damaged (does not match the layer digests"
     assert expected in err
@@ -162,3 +164,81 @@ def test_workflow_report_job_fails_naming_a_damaged_file(tmp_path: Path) -> None
         assert f"results/runs/toy/csp/D2-seed0/{name}: damaged" in log[0], log
         (run / name).write_bytes(original)
     assert snakemake(*args, "--forcerun", "report").returncode == 0  # undamaged again: the report is whole
+
+
+# -- issue 34: one verifier for every reader; a missing digest file is damage, its paths stay in the run ----------
+def change_loss_hex(run: Path) -> None:
+    """One hex digit of the first loss's ``loss_hex`` changed (compare reads that column, not ``loss``)."""
+    lines = (run / "losses.csv").read_text().split("\n")
+    fields = lines[1].split(",")
+    assert fields[2].startswith("0x1."), fields[2]
+    fields[2] = "0x1." + ("1" if fields[2][4] != "1" else "2") + fields[2][5:]
+    lines[1] = ",".join(fields)
+    (run / "losses.csv").write_text("\n".join(lines))
+
+
+def without_digests(edit: Callable[[Path], object]) -> Callable[[Path], None]:
+    def both(run: Path) -> None:
+        edit(run)
+        (run / DIGESTS).unlink()
+
+    return both
+
+
+@pytest.mark.parametrize("reader", ["compare", "reproducibility", "report"])
+def test_a_deleted_digest_file_does_not_switch_the_damage_check_off(good_run, tmp_path, capsys, reader):
+    """Item 1: a copied run, outputs.sha256 deleted, one hex digit of a loss changed: never a verdict."""
+    bad = copy_run(good_run, tmp_path / "bad", without_digests(change_loss_hex))
+    out = tmp_path / "out"
+    args = {"compare": ["compare", str(good_run), str(bad)],
+            "reproducibility": ["reproducibility", str(good_run), str(bad), "--out", str(out)],
+            "report": ["report", "--runs", str(good_run), str(bad), "--out", str(out)]}[reader]
+    err = errors(capsys, args)
+    assert f"{bad / DIGESTS}: missing" in err and f"--undigested {bad}" in err
+    assert not out.exists()
+
+
+def test_a_run_named_undigested_is_compared_and_its_difference_reported(good_run, tmp_path, capsys):
+    """The explicit way to read a run from before digests: its (real) difference is a verdict, exit 1."""
+    old = copy_run(good_run, tmp_path / "old", without_digests(change_loss_hex))
+    assert main(["compare", str(good_run), str(old), "--undigested", str(old)]) == 1
+    assert "DIFFERENT" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("reader", ["compare", "reproducibility", "report"])
+def test_every_reader_refuses_a_truncated_metrics_file(good_run, tmp_path, capsys, reader):
+    """Item 3: compare said IDENTICAL for a run whose metrics.json was cut to 40 bytes."""
+    bad = copy_run(good_run, tmp_path / "bad")
+    metrics = bad / "metrics.json"
+    metrics.write_bytes(metrics.read_bytes()[:40])
+    out = tmp_path / "out"
+    args = {"compare": ["compare", str(good_run), str(bad)],
+            "reproducibility": ["reproducibility", str(good_run), str(bad), "--out", str(out)],
+            "report": ["report", "--runs", str(bad), "--out", str(out)]}[reader]
+    assert f"{metrics}: not valid JSON" in errors(capsys, args)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/hostname", "/etc/hostname", "link"])
+@pytest.mark.parametrize("reader", ["compare", "reproducibility", "report"])
+def test_digest_paths_are_confined_to_the_run(good_run, tmp_path, capsys, reader, name):
+    """Item 3: a line naming a file outside the run (up the tree, absolute, or through a link) is damage:
+    no reader hashes a file that is not the run's."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the run's\n")
+
+    def escape(run: Path) -> None:
+        if name == "link":
+            (run / "link").symlink_to(outside)
+        line = f"{hashlib.sha256(outside.read_bytes()).hexdigest()}  {name}\n"
+        with (run / DIGESTS).open("a") as f:
+            f.write(line)
+
+    bad = copy_run(good_run, tmp_path / "bad", escape)
+    out = tmp_path / "out"
+    args = {"compare": ["compare", str(good_run), str(bad)],
+            "reproducibility": ["reproducibility", str(good_run), str(bad), "--out", str(out)],
+            "report": ["report", "--runs", str(bad), "--out", str(out)]}[reader]
+    err = errors(capsys, args)
+    assert f"{bad / DIGESTS} line 5: damaged (names {name!r}, which is not a file inside the run" in err
+    assert not out.exists()

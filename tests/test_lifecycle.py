@@ -254,3 +254,80 @@ def test_ctrl_c_then_sigterm_reports_sigint_without_a_traceback(tmp_path, short_
     assert launcher.returncode == 128 + signal.SIGINT, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("naspipe: error: interrupted by SIGINT"), stderr
+
+
+# -- issue 34: kills that used to leave a traceback and a DIR.partial that blocked the rerun ----------------------
+RERUN_STEPS = 6
+
+
+def assert_reruns_bitwise(out: Path, tmp_path: Path) -> None:
+    """The plain command again (no --overwrite), into the same --out: published, bitwise the sequential run."""
+    args = ["train", "--stages", "2", "--steps", str(RERUN_STEPS), "--set", "progress=off", *SMALL]
+    assert main([*args, "--out", str(out)]) == 0
+    reference = tmp_path / "reference"
+    assert main(["train", "--stages", "1", "--system", "sequential", *args[3:], "--out", str(reference)]) == 0
+    assert main(["compare", str(reference), str(out)]) == 0
+
+
+def forkservers(pgid: int) -> list[int]:
+    """The multiprocessing forkserver of the run in group ``pgid`` (its command line, not a test path, names it)."""
+    return [pid for pid in group_members(pgid) if "from multiprocessing.forkserver import" in command_line(pid)]
+
+
+def stop_group(launcher: subprocess.Popen[str]) -> None:
+    for pid in group_members(launcher.pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_the_forkserver_killed_while_the_stages_start_is_one_line_and_the_rerun_is_bitwise(tmp_path, short_tmp):
+    """The forkserver is killed as soon as it exists (it is still importing torch, before it has forked a
+    stage): one line, exit 1, every process gone, no DIR.partial left; the plain rerun is bitwise.
+    Before: a 39-line EOFError traceback and a DIR.partial without a checkpoint that refused the rerun."""
+    out = tmp_path / "run"
+    launcher = start_long_run(out, short_tmp / "tmp")
+    try:
+        wait_until(lambda: forkservers(launcher.pid) or launcher.poll() is not None, 120, "the forkserver")
+        servers = forkservers(launcher.pid)
+        assert servers, launcher.communicate(timeout=120)[1]
+        for pid in servers:
+            os.kill(pid, signal.SIGKILL)
+        _, stderr = launcher.communicate(timeout=120)
+        wait_until(partial(group_gone, launcher.pid), 60, "every process of the run to exit")
+    finally:
+        stop_group(launcher)
+    lines = stderr.strip().splitlines()
+    assert launcher.returncode == 1, stderr
+    assert "Traceback" not in stderr and len(lines) == 1, stderr
+    assert lines[0].startswith("naspipe: error: the multiprocessing forkserver"), stderr
+    assert not out.exists() and not out.with_name("run.partial").exists()
+    assert_reruns_bitwise(out, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["removed", pytest.param("renamed", marks=pytest.mark.slow)])  # ~50 s each
+def test_a_dir_partial_removed_while_training_stops_in_one_line_and_is_never_recreated(tmp_path, short_tmp, how):
+    """DIR.partial is renamed away (and, for "removed", deleted) after the first checkpoint: the run stops with
+    one line, exit 1, and no stage re-creates DIR.partial; the plain rerun (removed) or a resume from the new
+    name (renamed) is bitwise. Before: a 61-line stage traceback, and the dying stages re-created DIR.partial
+    with an incomplete checkpoint, which refused the rerun."""
+    out = tmp_path / "run"
+    work, moved = out.with_name("run.partial"), tmp_path / "moved"
+    launcher = start_long_run(out, short_tmp / "tmp")
+    try:
+        wait_until(partial(checkpointed_or_ended, out, launcher), 120, "a checkpoint")
+        assert launcher.poll() is None, launcher.communicate()[1]
+        os.rename(work, moved)
+        _, stderr = launcher.communicate(timeout=120)
+        wait_until(partial(group_gone, launcher.pid), 60, "every process of the run to exit")
+    finally:
+        stop_group(launcher)
+    lines = stderr.strip().splitlines()
+    assert launcher.returncode == 1, stderr
+    assert "Traceback" not in stderr and len(lines) == 1, stderr
+    assert f"{work} was removed or renamed while the run trained" in lines[0], stderr
+    assert not work.exists() and not out.exists()
+    if how == "removed":
+        shutil.rmtree(moved)
+        assert_reruns_bitwise(out, tmp_path)
+    else:
+        checkpoint = sorted(moved.glob("checkpoints/step-*/manifest.json"))[-1].parent
+        assert_resumes_bitwise(checkpoint, tmp_path)

@@ -8,10 +8,13 @@ process (``naspipe.cli.main``), so each case costs a fraction of a second.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -308,3 +311,44 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_bitwise(small_disk, tmp_pat
     assert reference.returncode == 0, reference.stderr
     for name in ("losses.csv", "weights.sha256", "layer_hashes.csv"):  # a shared layer's access order may interleave
         assert (tmp_path / "reference" / name).read_bytes() == (disk / "run" / name).read_bytes(), name
+
+
+class _FillingDisk(io.RawIOBase):
+    """A file on a disk with 100 bytes left: the write that would pass them fails with ENOSPC."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self.written + len(data) > 100:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.written += len(data)
+        return len(data)
+
+
+def test_a_full_disk_while_a_shard_is_written_is_one_line_and_resumes_bitwise(reference, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Issue 34.4: the disk fills while a layer of the step-4 checkpoint is written (its temp file takes 100
+    bytes, then ENOSPC). One line, exit 1; the step-2 checkpoint resumes to the uninterrupted run bit for bit.
+    Before: ``torch.save`` wrapped the ENOSPC as ``RuntimeError ... unexpected pos``, a 45-line traceback."""
+    real_fdopen = os.fdopen
+
+    def fdopen(fd: int, *args: Any, **kwargs: Any) -> Any:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if "step-00000004" in name and ".layer-" in name:  # the temp file of a shard of the second checkpoint
+            os.close(fd)
+            return _FillingDisk()
+        return real_fdopen(fd, *args, **kwargs)
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    capsys.readouterr()
+    assert train(out, "--checkpoint-every", "2", steps=8) == 1
+    monkeypatch.undo()
+    one_line_error(capsys, "no space left on device", f"{out}.partial")
+    assert not out.exists() and ckpt.find_checkpoint(out.with_name("run.partial")).name == "step-00000002"
+    assert train(out, "--resume", f"{out}.partial", "--checkpoint-every", "2", steps=8) == 0
+    assert_same_outputs(reference, out)

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import check_out_file
 from naspipe.partition import balanced_partition
 from naspipe.partition_file import PartitionFile, write_partition_file
 
@@ -78,6 +79,7 @@ def space_options(items: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_file(args.out)
     data = compute(args.space, space_options(args.set), args.stages, args.costs, args.shared_policy)
     write_partition_file(args.out, data)
     for k in range(data.stages):

@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from naspipe.fsutil import atomic_write_bytes, atomic_write_text
+from naspipe.rundigest import add_undigested_argument
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -48,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                    "(the run summary's search line)")
     p.add_argument("--claims", type=Path, default=None, help="a claims ledger (default: the package's)")
     p.add_argument("--out", type=Path, required=True, help="results directory")
+    add_undigested_argument(p)
     return p
 
 
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     ledger = load_claims(args.claims)
     extra = read_extra(args.tables)
     inputs = load_inputs(args.runs, args.reproducibility, args.profile, args.ablations, args.search, args.curve,
-                         args.simulated, args.random_retrained)
+                         args.simulated, args.random_retrained, undigested=args.undigested)
     sections = build_sections(inputs)
     texts = {s.name: s.csv() for s in sections if not isinstance(s, Figure) or s.data is not None}
     sections = [claims_section.build(ledger, {**from_csv_texts(texts), **extra}), *sections]

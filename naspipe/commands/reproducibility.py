@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from naspipe.fsutil import atomic_write_json
+from naspipe.fsutil import atomic_write_json, check_out_file
 from naspipe.report.reproducibility import build
+from naspipe.rundigest import add_undigested_argument
 
 DESCRIPTION = "``naspipe reproducibility``: is each run bitwise identical to the sequential reference?"
 
@@ -27,11 +28,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("reference", type=Path, help="the sequential D=1 run of the same space and seed")
     p.add_argument("runs", nargs="+", type=Path, help="run directories to compare with it")
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    add_undigested_argument(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    data = build(args.reference, args.runs)
+    check_out_file(args.out)
+    data = build(args.reference, args.runs, args.undigested)
     atomic_write_json(args.out, data)
     for e in data["runs"]:
         verdict = "IDENTICAL" if e["identical"] else f"DIFFERENT (first divergence {e['first_divergence']})"

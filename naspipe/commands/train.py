@@ -43,6 +43,8 @@ def _subnet_choices(path: Path | None) -> list[int] | None:
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UsageError(f"--subnet {path}: unreadable (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"--subnet {path}: unreadable ({exc})") from None
     if isinstance(data, dict) and isinstance(data.get("choices"), list):
@@ -55,13 +57,18 @@ def _subnet_choices(path: Path | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe.runplan.rundir import RunDirGone
     from naspipe.runtime.launch import StageFailed, train
     from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
 
+    if not args.out.name:  # '' and '.' (argparse makes both Path('.')): no directory to publish or lock
+        from naspipe.errors import UsageError
+
+        raise UsageError(f"--out {str(args.out)!r}: name a run directory (a run works in DIR.partial, publishes DIR)")
     config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
-    except StageFailed as exc:
+    except (StageFailed, RunDirGone) as exc:
         print(f"naspipe: error: {exc}", file=sys.stderr)
         return 1
     except Interrupted as exc:

@@ -80,7 +80,8 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = load_unique(text)
     except yaml.YAMLError as exc:
         problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
-        raise UsageError(f"--set {key}: cannot parse value {text!r} as YAML ({problem})") from None
+        shown = text if len(text) <= 60 else f"{text[:57]}..."
+        raise UsageError(f"--set {key}: cannot parse value {shown!r} as YAML ({problem})") from None
     return key, value
 
 

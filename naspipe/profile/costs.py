@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from naspipe.errors import UsageError
 from naspipe.floats import plain_sum
 from naspipe.profile.rows import ProfileRow
+from naspipe.space.shape import FLOAT32_BYTES
 from naspipe.space.structure import SpaceStructure
 
 if TYPE_CHECKING:
@@ -73,3 +74,41 @@ def layer_costs_from_profile(space: SpaceShape, rows: Sequence[ProfileRow]) -> l
             values.append(match[0])
         costs.append(plain_sum(values) / len(values))
     return costs
+
+
+def check_profile_fits(space: SpaceShape, rows: Sequence[ProfileRow], source: str) -> None:
+    """UsageError unless ``rows`` were measured on ``space`` as configured: its name, positions inside it,
+    and each layer's parameter bytes as its options give them.
+
+    A profile of the same space at another ``dim`` covers the same ops and positions, so matching
+    by op and position alone priced a run with another supernet's timings, silently. Parameter
+    bytes follow from the options that size a layer (``dim``, ``vocab``, ``channels`` ...);
+    options that size only activations (``seq_len``, ``batch_size``) are not recorded in a
+    profile and cannot be checked here.
+    """
+    s = space.structure
+    for line, row in enumerate(rows, start=2):
+        where = f"{source}:{line}"
+        if row.space != space.name:
+            raise UsageError(f"{where}: a profile of space {row.space!r}, not of {space.name!r} (measure this one "
+                             f"with naspipe profile --space {space.name})")
+        past = max(row.position_set)
+        if past >= s.num_positions:
+            raise UsageError(f"{where}: position {past} is past the end of space {space.name!r} "
+                             f"({s.num_positions} positions: the profile was measured with other options)")
+        for position in sorted(row.position_set):
+            for layer in position_layer_ids(s, position):
+                if s.op_name(layer) == row.op:
+                    _check_layer_bytes(space, layer, row.param_bytes, f"{where}: op {row.op!r} at position {position}")
+
+
+def _check_layer_bytes(space: SpaceShape, layer: int, measured: int, where: str) -> None:
+    """A profile measures a layer's ``state_dict`` bytes: its float32 parameters plus the persistent buffers,
+    so at least the parameters' bytes and at most those plus every buffer (non-persistent ones are not saved)."""
+    params, most = space.layer_tensors(layer)
+    least = FLOAT32_BYTES * params
+    if not least <= measured <= most:
+        expected = str(least) if least == most else f"{least} to {most}"
+        raise UsageError(f"{where} has {measured} parameter bytes in the profile but {expected} in space "
+                         f"{space.name!r} with this run's options (the profile was measured with other options; "
+                         "profile the space with the run's --set space.* values)")

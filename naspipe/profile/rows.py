@@ -68,12 +68,18 @@ def positions_text(positions: Iterable[int]) -> str:
     return ";".join(runs)
 
 
+MAX_POSITION = 10_000_000  # far past any space a run can build; a larger range would be built in memory first
+
+
 def parse_positions(text: str) -> list[int]:
-    """Inverse of :func:`positions_text`; ValueError on malformed text."""
+    """Inverse of :func:`positions_text`; ValueError on malformed text or a position past :data:`MAX_POSITION`."""
     out: list[int] = []
     for part in filter(None, text.split(";")):
         lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        first, last = int(lo), int(hi or lo)
+        if first < 0 or last > MAX_POSITION:
+            raise ValueError(f"positions must lie in 0..{MAX_POSITION}")
+        out.extend(range(first, last + 1))
     return out
 
 
@@ -134,14 +140,22 @@ def read_profile_csv(path: str | os.PathLike[str]) -> list[ProfileRow]:
     """Rows of a CSV written by :func:`write_profile_csv`; UsageError naming the file/line on problems."""
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        data = target.read_bytes()
     except OSError as exc:
-        raise UsageError(f"{target}: cannot read profile ({exc.strerror or exc})") from exc
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [f for f in FIELDS if f not in (reader.fieldnames or [])]
-    if missing:
-        raise UsageError(f"{target}: not a profile CSV (missing column {missing[0]!r})")
-    return [_row(target, line, record) for line, record in enumerate(reader, start=2)]
+        raise UsageError(f"{target}: cannot read profile ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UsageError(f"{target}:{line}: not a profile CSV (not UTF-8 text: byte {data[exc.start]:#04x})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        missing = [f for f in FIELDS if f not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError(f"{target}: not a profile CSV (missing column {missing[0]!r})")
+        return [_row(target, line, record) for line, record in enumerate(reader, start=2)]
+    except csv.Error as exc:
+        raise UsageError(f"{target}:{reader.line_num}: not a profile CSV ({exc})") from None
 
 
 def _row(target: Path, line: int, record: dict[str, str | None]) -> ProfileRow:

@@ -8,7 +8,7 @@ is a damaged run, or a verdict on files that changed after it was made.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,10 +55,11 @@ def system_rank(system: str) -> tuple[int, str]:
 def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[str],
                 ablations: list[Path] | None = None, searches: Sequence[str] = (),
                 curves: Sequence[Path] = (), simulated: list[Path] | None = None,
-                random_retrained: Sequence[Path] = ()) -> ReportInputs:
-    infos = [read_run_info(p) for p in runs]
-    ablation_infos = [read_run_info(p) for p in ablations or []]
-    sims = [read_run_info(p) for p in simulated or []]
+                random_retrained: Sequence[Path] = (), undigested: Collection[Path] = ()) -> ReportInputs:
+    """Every input read and verified; ``undigested``: runs named as made before ``outputs.sha256`` existed."""
+    infos = [read_run_info(p, undigested) for p in runs]
+    ablation_infos = [read_run_info(p, undigested) for p in ablations or []]
+    sims = [read_run_info(p, undigested) for p in simulated or []]
     for sim in sims:
         if sim.metrics.get("simulated") is not True:
             raise UsageError(f"--simulated {sim.path}: not a 'naspipe simulate' run (metrics.json lacks simulated)")
@@ -68,13 +69,14 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
         if key in seen:
             raise UsageError(f"run directory {info.path} given twice")
         seen[key] = info.path
-    return ReportInputs(infos, [read_reproducibility(p) for p in reproducibility], parse_profiles(profiles),
+    verdicts = [read_reproducibility(p, undigested) for p in reproducibility]
+    return ReportInputs(infos, verdicts, parse_profiles(profiles),
                         ablations=ablation_infos, searches=[read_search(s) for s in searches],
                         curves=[read_curve(c) for c in curves], simulated=sims,
                         random_retrained=[read_retrained(r) for r in random_retrained])
 
 
-def read_reproducibility(path: Path) -> dict[str, Any]:
+def read_reproducibility(path: Path, undigested: Collection[Path] = ()) -> dict[str, Any]:
     data = read_json_object(path, f"reproducibility file {path}")
     if not isinstance(data.get("space"), str) or not isinstance(data.get("runs"), list):
         raise UsageError(f"reproducibility file {path}: expected an object with 'space' and a 'runs' list")
@@ -82,11 +84,11 @@ def read_reproducibility(path: Path) -> dict[str, Any]:
         missing = [k for k in REPRO_FIELDS if not isinstance(entry, dict) or k not in entry]
         if missing:
             raise UsageError(f"reproducibility file {path}: runs[{i}] lacks field {missing[0]!r}")
-    _check_judged(path, data)
+    _check_judged(path, data, undigested)
     return data
 
 
-def _check_judged(path: Path, data: dict[str, Any]) -> None:
+def _check_judged(path: Path, data: dict[str, Any], undigested: Collection[Path]) -> None:
     """A verdict holds only for the bytes it judged: each run it names (the reference too) must be
     undamaged and unchanged since. Verdicts written before they recorded digests are taken as they are."""
     judged = [(str(data.get("reference")), data.get("reference_digests"), "reference")]
@@ -99,7 +101,7 @@ def _check_judged(path: Path, data: dict[str, Any]) -> None:
             raise UsageError(f"{label}: field 'digests' must map file names to SHA-256 strings")
         if not Path(run).is_dir():
             raise UsageError(f"{label}: run directory {run} it judged is not found")
-        verify_run(Path(run))
+        verify_run(Path(run), undigested)
         check_unchanged(Path(run), digests, label)
 
 

@@ -14,6 +14,7 @@ report can refuse it once those files change.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ def final_loss(record: RunRecord) -> float | None:
     return float.fromhex(record.losses[max(record.losses)]) if record.losses else None
 
 
-def run_entry(ref: RunRecord, info: RunInfo) -> dict[str, Any]:
-    record = read_run(info.path)
+def run_entry(ref: RunRecord, info: RunInfo, undigested: Collection[Path] = ()) -> dict[str, Any]:
+    record = read_run(info.path, undigested)
     divergence = first_divergence(ref, record)
     return {
         "path": str(info.path),
@@ -55,9 +56,10 @@ def run_entry(ref: RunRecord, info: RunInfo) -> dict[str, Any]:
     }
 
 
-def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
-    ref_info = read_run_info(reference)
-    infos = [read_run_info(p) for p in runs]
+def build(reference: Path, runs: list[Path], undigested: Collection[Path] = ()) -> dict[str, Any]:
+    """The verdict on ``runs`` against ``reference``; ``undigested``: runs named as made before digests."""
+    ref_info = read_run_info(reference, undigested)
+    infos = [read_run_info(p, undigested) for p in runs]
     for info in infos:
         if (info.space, info.seed) != (ref_info.space, ref_info.seed):
             raise UsageError(
@@ -65,8 +67,8 @@ def build(reference: Path, runs: list[Path]) -> dict[str, Any]:
                 f"{reference} (space {ref_info.space!r} seed {ref_info.seed})"
             )
     systems = sorted({i.system for i in infos})
-    ref = read_run(reference)
-    entries = [run_entry(ref, i) for i in infos]
+    ref = read_run(reference, undigested)
+    entries = [run_entry(ref, i, undigested) for i in infos]
     return {
         "space": ref_info.space,
         "system": systems[0] if len(systems) == 1 else ",".join(systems),

@@ -8,6 +8,7 @@ written; so is a file that no longer matches the run's own digests (:mod:`naspip
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ class RunInfo:
         return f"{self.space}/{self.system} D={self.stages} seed={self.seed}"
 
 
-def read_run_info(path: Path) -> RunInfo:
+def read_run_info(path: Path, undigested: Collection[Path] = ()) -> RunInfo:
+    """The run at ``path``, verified (:func:`verify_run`; ``undigested``: runs named as made before digests)."""
     if not path.is_dir():
         raise UsageError(f"run directory {path}: not found")
     file = path / "metrics.json"
@@ -76,5 +78,5 @@ def read_run_info(path: Path) -> RunInfo:
     for key in ("makespan_s", "throughput_samples_s", "bubble_ratio", "exec_s"):
         if not isinstance(metrics[key], (int, float)) or isinstance(metrics[key], bool):
             raise UsageError(f"{file}: field {key!r} must be a number, got {metrics[key]!r}")
-    verify_run(path)  # every file the run recorded, before any section reads one
+    verify_run(path, undigested)  # every file the run recorded, before any section reads one
     return RunInfo(path, metrics)

@@ -18,7 +18,7 @@ from naspipe import systems
 from naspipe.config import Config
 from naspipe.errors import UsageError
 from naspipe.partition import Partition, balanced_partition
-from naspipe.profile.costs import layer_costs_from_profile, position_means
+from naspipe.profile.costs import check_profile_fits, layer_costs_from_profile, position_means
 from naspipe.profile.rows import read_profile_csv
 from naspipe.runplan.subnet_file import check_subnet
 from naspipe.scheduling import POLICY_NAMES, PipelinePlan, PolicyOptions
@@ -187,6 +187,7 @@ def _profile_costs(space: SpaceShape, path: Path) -> list[float]:
             f"config key 'partition_costs': {str(path)!r} is neither 'params', 'uniform' nor a profile CSV"
         )
     rows = read_profile_csv(path)  # its errors name the file and line
+    check_profile_fits(space, rows, str(path))
     try:
         return layer_costs_from_profile(space, rows)
     except UsageError as exc:

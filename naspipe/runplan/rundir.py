@@ -10,8 +10,13 @@ The location is checked before any work: ``--out`` must not be a file, lie under
 be unwritable; a non-empty ``DIR`` or an existing ``DIR.partial`` is refused unless
 ``--overwrite`` is given (then a stale ``DIR.partial`` is removed at the start and ``DIR``
 is replaced only at publish time, so a failed run leaves the old ``DIR`` intact) or the
-run resumes from it (``--resume DIR.partial`` continues in place; ``--resume DIR --out DIR``
-extends a finished run and replaces it when done).
+run resumes from it (``--resume DIR.partial`` continues in place, and replaces ``DIR`` when
+done: only an ``--overwrite`` or extending run leaves a ``DIR.partial`` beside a finished
+``DIR``; ``--resume DIR --out DIR`` extends a finished run and replaces it when done).
+A ``DIR.partial`` that holds no complete checkpoint has nothing to resume (a run killed
+before its first checkpoint, or while its stages were starting): it blocks nothing, and
+the next run into ``DIR`` replaces it. A run whose ``DIR.partial`` disappears while it
+trains (removed or renamed) stops with :class:`RunDirGone` and never re-creates it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,29 @@ from naspipe.fsutil import check_creatable, replace_path
 from naspipe.runplan import runlock
 
 SUFFIX = ".partial"
+CHECKPOINT_MANIFESTS = "checkpoints/step-*/manifest.json"  # a complete checkpoint (naspipe.runtime.checkpoint)
+
+
+class RunDirGone(RuntimeError):
+    """The run's working directory was removed or renamed while it trained: the stages stop without
+    writing (a checkpoint or output written now would re-create it, incomplete, and block the rerun)."""
+
+    def __init__(self, work: Path) -> None:
+        super().__init__(f"{work} was removed or renamed while the run trained; the stages stopped and nothing was "
+                         f"written or published; run the command again (a renamed directory resumes with "
+                         f"--resume NEW_NAME --out {work.with_name(work.name.removesuffix(SUFFIX))})")
+        self.work = work
+
+
+def check_still_there(work: Path) -> None:
+    """Raise :class:`RunDirGone` unless ``work`` is still a directory; called before a stage writes by path."""
+    if not work.is_dir():
+        raise RunDirGone(work)
+
+
+def has_checkpoint(run: Path) -> bool:
+    """Whether ``run`` holds a complete checkpoint (something a resume could continue)."""
+    return any(run.glob(CHECKPOINT_MANIFESTS))
 
 
 @dataclass(frozen=True)
@@ -49,10 +77,10 @@ def plan(out: Path, checkpoint: Path | None, overwrite: bool) -> RunDir:
     source = run_of(checkpoint) if checkpoint is not None else None
     in_place = source is not None and work.exists() and source.samefile(work)
     extends = source is not None and out.exists() and source.samefile(out)
-    if out.is_dir() and any(out.iterdir()) and not (overwrite or extends):
+    if out.is_dir() and any(out.iterdir()) and not (overwrite or extends or in_place):
         raise UsageError(f"--out {out}: directory is not empty; pass --overwrite to replace it when this run "
                          f"completes, or --resume {out} to extend it")
-    if work.exists() and not (overwrite or in_place):
+    if work.exists() and not (overwrite or in_place) and has_checkpoint(work):
         raise UsageError(f"--out {out}: {work} holds an interrupted run; continue it with --resume {work} or pass "
                          "--overwrite to discard it")
     return RunDir(out, work, in_place, overwrite)

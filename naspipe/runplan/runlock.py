@@ -93,7 +93,11 @@ def hold(work: Path, out: Path) -> Iterator[HeldLock]:
 
 def _acquire(path: Path, out: Path, work: Path) -> int:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as exc:  # a directory (or something else unopenable) where the lock file goes
+            raise UsageError(f"--out {out}: cannot create the run's lock file {path} ({exc.strerror or exc}); "
+                             "remove or rename what is there") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -24,6 +24,8 @@ def read_subnets(path: Path, choices_per_block: Sequence[int]) -> list[Subnet]:
     """The subnets in ``path``, each validated against ``choices_per_block``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UsageError(f"subnet file {path}: unreadable (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"subnet file {path}: unreadable ({exc})") from None
     rows = _rows(path, data)
@@ -61,5 +63,8 @@ def subnet_json(subnet: Subnet, **extra: Any) -> dict[str, Any]:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value)
+    try:
+        text = json.dumps(value)
+    except RecursionError:
+        return "a value nested too deeply"
     return text if len(text) <= 60 else text[:57] + "..."

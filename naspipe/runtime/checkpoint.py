@@ -29,6 +29,7 @@ so a damaged checkpoint is a one-line error (exit 2) and is never resumed.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import shutil
@@ -39,7 +40,8 @@ from typing import Any
 import torch
 
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write, atomic_write_json
+from naspipe.fsutil import atomic_write_bytes, atomic_write_json
+from naspipe.runplan.rundir import check_still_there
 from naspipe.runtime.windowed import SharedWindows, split_state
 from naspipe.scheduling.policies import POLICIES
 
@@ -70,11 +72,19 @@ def stage_file(stage: int) -> str:
 # -- writing ------------------------------------------------------------------
 def save_stage(directory: Path, stage: int, layers: dict[int, dict[str, torch.Tensor]],
                optimizers: dict[int, dict[str, Any]], log_lengths: dict[str, int]) -> None:
-    """One stage's part of a checkpoint: a file per layer, then the stage's log lengths."""
+    """One stage's part of a checkpoint: a file per layer, then the stage's log lengths.
+
+    Each shard is serialised in memory and written as bytes: ``torch.save`` into the file turned a
+    full disk into ``RuntimeError: ... unexpected pos``, a traceback, where the file's own write
+    raises ``OSError(ENOSPC)``, the one line every full disk gets.
+    """
+    check_still_there(directory.parent.parent)  # never re-create a removed DIR.partial with a partial checkpoint
     directory.mkdir(parents=True, exist_ok=True)
     for layer, state in layers.items():
         shard = {"params": {k: v.detach().cpu() for k, v in state.items()}, "optimizer": optimizers.get(layer)}
-        atomic_write(directory / layer_file(layer), lambda f, s=shard: torch.save(s, f), binary=True)  # type: ignore[misc]
+        buffer = io.BytesIO()
+        torch.save(shard, buffer)
+        atomic_write_bytes(directory / layer_file(layer), buffer.getvalue())
     atomic_write_json(directory / stage_file(stage), {"stage": stage, "logs": log_lengths})
 
 
@@ -133,8 +143,8 @@ def find_checkpoint(path: Path) -> Path:
         return path
     complete = sorted((path / "checkpoints").glob(f"step-*/{MANIFEST}"))
     if not complete:
-        partial = path.with_name(path.name + ".partial")
-        interrupted = (partial / "checkpoints").is_dir()
+        partial = path.with_name(path.name + ".partial") if path.name else path
+        interrupted = partial != path and (partial / "checkpoints").is_dir()
         hint = f" (an interrupted run is in {partial}: --resume {partial})" if interrupted else ""
         raise UsageError(f"--resume {path}: no complete checkpoint (no {MANIFEST}) found{hint}")
     return complete[-1].parent
@@ -145,6 +155,8 @@ def read_manifest(checkpoint: Path) -> dict[str, Any]:
     path = checkpoint / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UsageError(f"checkpoint {path}: unreadable (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"checkpoint {path}: unreadable ({exc})") from None
     if not isinstance(manifest, dict):

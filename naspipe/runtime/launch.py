@@ -40,7 +40,7 @@ from naspipe.errors import UsageError
 from naspipe.fsutil import no_space
 from naspipe.runplan import runlock
 from naspipe.runplan.job import Job, build_job, build_space, check_bulk_boundary
-from naspipe.runplan.rundir import RunDir
+from naspipe.runplan.rundir import RunDir, RunDirGone
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime import faults, lifecycle, memory, rundir
 from naspipe.runtime.micro import check_parts
@@ -63,6 +63,7 @@ NO_CUDA = "config key 'device': 'cuda' requested but no CUDA device is available
 # PyTorch loop"; tests/test_runtime_accounting.py says when a preload is no longer needed).
 FORKSERVER_PRELOAD = ("naspipe.runtime.launch", "torch._dynamo")
 NO_SPACE_EXIT = 28  # a stage's exit status when its disk is full (ENOSPC): the launcher says so in one line
+RUN_DIR_GONE_EXIT = 4  # a stage's exit status when DIR.partial was removed or renamed under it (RunDirGone)
 
 
 def _start_forkserver() -> None:
@@ -137,8 +138,8 @@ def _run_locally(job: Job, run: RunDir, checkpoint: Path | None, lock: runlock.H
             if job.plan.num_stages == 1:
                 return run_stage(Rank(0, 1, 0), job, run.work, checkpoint, init_method=None)
             _spawn_stages(job, run.work, checkpoint, lock)
-    except UsageError:
-        rundir.discard_if_empty(run)  # bad input found late: leave no DIR.partial that blocks the fixed command
+    except (UsageError, StageFailed):
+        rundir.discard_if_empty(run)  # nothing to resume (bad input found late, a stage or the forkserver died)
         raise
     except OSError as exc:
         if exc.errno == errno.ENOSPC and not exc.filename:  # a full disk under a file object: name the run
@@ -166,6 +167,9 @@ def _spawn_stages(job: Job, work_dir: Path, checkpoint: Path | None, lock: runlo
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             pids = [p.pid for p in context.processes] if context is not None else []
             raise StageFailed(_failure(exc, pids, work_dir)) from None
+        except (EOFError, ConnectionError):  # the forkserver's socket closed while it was asked for a stage
+            raise StageFailed("the multiprocessing forkserver died while it started the stages; no stage trained "
+                              "and nothing was kept; run the command again") from None
         finally:
             if context is not None:
                 lifecycle.stop(p.pid for p in context.processes)
@@ -195,6 +199,8 @@ def _failure(exc: mp.ProcessRaisedException | mp.ProcessExitedException, pids: l
     code = getattr(exc, "exit_code", None)
     if code == NO_SPACE_EXIT:
         return f"stage {exc.error_index}: {no_space(work_dir)}"
+    if code == RUN_DIR_GONE_EXIT:
+        return str(RunDirGone(work_dir))
     server = getattr(getattr(mp_forkserver, "_forkserver", None), "_forkserver_pid", None)
     if code == 255 and (any(lifecycle.alive(p) for p in pids) or (server is not None and not lifecycle.alive(server))):
         # multiprocessing reports 255 for every stage when it loses the forkserver's status pipe
@@ -271,6 +277,8 @@ def _spawned(index: int, job: Job, work_dir: Path, checkpoint: Path | None, init
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         run_stage(Rank(index, job.plan.num_stages, index), job, work_dir, checkpoint, init_method=init)
+    except RunDirGone:
+        os._exit(RUN_DIR_GONE_EXIT)  # no traceback: the launcher reports it in one line
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             os._exit(NO_SPACE_EXIT)  # no traceback: the launcher reports it in one line

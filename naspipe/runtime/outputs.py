@@ -26,6 +26,7 @@ import torch
 from naspipe.fsutil import atomic_write, atomic_write_json, atomic_write_text
 from naspipe.rundigest import hash_of_hashes, write_digests
 from naspipe.runplan.job import Job
+from naspipe.runplan.rundir import check_still_there
 from naspipe.runtime.recorder import (
     CATEGORIES,
     LOSSES,
@@ -37,6 +38,7 @@ from naspipe.runtime.recorder import (
 
 def write_outputs(job: Job, reports: list[StageReport], run_dir: Path, wall_s: float, device: str) -> dict[str, Any]:
     """Write every output file into ``run_dir`` from the reports and ``run_dir/logs``; the metrics."""
+    check_still_there(run_dir)  # removed or renamed while the run trained: write (and publish) nothing
     logs = run_dir / "logs"
     reports = sorted(reports, key=lambda r: r.stage)
     hashes = {layer: (r.stage, h) for r in reports for layer, h in r.layer_hashes.items()}

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from naspipe.runplan.rundir import check_still_there
+
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
 LOSSES = "losses.log"
 
@@ -99,6 +101,7 @@ class StageLogs:
         self.trace_left, self.trace_dropped = trace_max_events, 0
 
     def _open(self, name: str, mode: str) -> IO[str]:
+        check_still_there(self.dir.parent)  # a removed or renamed DIR.partial: stop with one line, create nothing
         return open(self.dir / name, mode, encoding="utf-8", newline="")
 
     def accesses(self, layers: tuple[int, ...], token: str) -> None:
@@ -166,6 +169,7 @@ class StageLogs:
 
     def sync(self) -> dict[str, int]:
         """Write out and fsync every log (the trace too); the valid length of each resumable one."""
+        check_still_there(self.dir.parent)
         self._write_accesses(fsync=True)
         self._write_events()
         for f in (self._losses, self._trace):

@@ -13,7 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from naspipe.errors import UsageError
-from naspipe.runplan.rundir import SUFFIX, RunDir, check_logs, plan, publish, refuse_live_source, run_of, work_of
+from naspipe.fsutil import aside_copies
+from naspipe.runplan.rundir import (
+    SUFFIX,
+    RunDir,
+    check_logs,
+    has_checkpoint,
+    plan,
+    publish,
+    refuse_live_source,
+    run_of,
+    work_of,
+)
 from naspipe.runtime import checkpoint as ckpt
 
 __all__ = ["SUFFIX", "RunDir", "check_logs", "discard_if_empty", "plan", "prepare", "publish", "refuse_live_source",
@@ -22,6 +33,7 @@ __all__ = ["SUFFIX", "RunDir", "check_logs", "discard_if_empty", "plan", "prepar
 
 def prepare(run: RunDir, checkpoint: Path | None, manifest: dict[str, Any] | None) -> None:
     """Create the working directory and bring its logs to the checkpoint's point."""
+    remove_stale_asides(run)
     try:
         if run.work.exists() and not run.in_place:
             shutil.rmtree(run.work)
@@ -58,7 +70,18 @@ def discard_if_empty(run: RunDir) -> None:
     """Remove a fresh run's working directory that holds no complete checkpoint (nothing to resume)."""
     if run.in_place or not run.work.is_dir():
         return
-    if not list((run.work / "checkpoints").glob(f"step-*/{ckpt.MANIFEST}")):
+    if not has_checkpoint(run.work):
         shutil.rmtree(run.work, ignore_errors=True)
+
+
+def remove_stale_asides(run: RunDir) -> None:
+    """Delete what an interrupted publish left of an older ``DIR`` (``.DIR.XXXXXXXX.old``), once ``DIR`` is
+    the newer run: a SIGKILL during an ``--overwrite`` publish left it there for good. Called with the run's
+    lock held, so no publish into ``DIR`` is under way. Left alone while ``DIR`` is missing (killed between
+    the two renames): then it is the only copy of the old run."""
+    if not run.final.is_dir():
+        return
+    for old in aside_copies(run.final):
+        shutil.rmtree(old, ignore_errors=True)
 
 

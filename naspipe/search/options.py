@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from naspipe import fsutil
 from naspipe.errors import UsageError
-from naspipe.fsutil import check_creatable
 from naspipe.seeding import derive_seed
 from naspipe.subnet import Subnet
 
@@ -72,9 +72,8 @@ def sample_subnets(choices_per_block: Sequence[int], count: int, seed: int) -> l
 
 
 def check_out_file(out: Path) -> None:
-    if out.is_dir():
-        raise UsageError(f"--out {out}: is a directory (a file path is expected)")
-    check_creatable(out, "--out")
+    """``--out`` must be able to become a file (:func:`naspipe.fsutil.check_out_file`)."""
+    fsutil.check_out_file(out, "--out")
 
 
 def csv_text(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

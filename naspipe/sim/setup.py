@@ -22,6 +22,7 @@ from naspipe.sim.hardware import Hardware
 from naspipe.sim.layers import layer_infos
 from naspipe.sim.planning import layer_seconds
 from naspipe.sim.run import SimSetup
+from naspipe.space.shape import SpaceShape
 
 TRACE_EVENTS = 100_000  # the default trace's size in events, about (4-6 per subnet and stage)
 
@@ -32,7 +33,7 @@ def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_b
     space = build_shape(config)
     infos = layer_infos(space)
     batch = int(space.options.get("batch_size", 1))
-    costs = make_costs(costs_spec, space.structure, infos, hardware, batch, config.optimizer.state_slots)
+    costs = make_costs(costs_spec, space, infos, hardware, batch, config.optimizer.state_slots)
     seconds = None
     if partition_by == "costs":
         seconds = layer_seconds(costs, effective_recompute(config.system, config.recompute))
@@ -48,10 +49,10 @@ def default_trace_subnets(stages: int) -> int:
     return max(1, TRACE_EVENTS // (10 * stages))
 
 
-def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, batch: int,
+def make_costs(spec: str, space: SpaceShape, infos: list[Any], hardware: Hardware, batch: int,
                states: int) -> CostModel:
-    """The cost model ``spec`` names ('uniform', 'analytic' or a profile CSV); ``states``: optimizer tensors per
-    parameter (:attr:`naspipe.config.OptimizerConfig.state_slots`)."""
+    """The cost model ``spec`` names ('uniform', 'analytic' or a profile CSV, which must have been measured on
+    ``space``); ``states``: optimizer tensors per parameter (:attr:`naspipe.config.OptimizerConfig.state_slots`)."""
     if spec == "uniform":
         return uniform_costs(infos, hardware, batch, states)
     if spec == "analytic":
@@ -59,6 +60,9 @@ def make_costs(spec: str, structure: Any, infos: list[Any], hardware: Hardware, 
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"--costs {spec!r}: neither 'analytic', 'uniform' nor a profile CSV file")
+    from naspipe.profile.costs import check_profile_fits
     from naspipe.profile.rows import read_profile_csv
 
-    return profile_costs(structure, read_profile_csv(path), infos, hardware, batch, states, str(path))
+    rows = read_profile_csv(path)
+    check_profile_fits(space, rows, str(path))
+    return profile_costs(space.structure, rows, infos, hardware, batch, states, str(path))

@@ -22,6 +22,8 @@ from naspipe.errors import UsageError
 from naspipe.space.structure import SharedPolicy, SpaceStructure
 
 FLOAT32_BYTES = 4
+# The paper's largest space has 48 x 96 = 4608 choice layers; the simulator's scale runs use a few thousand.
+MAX_CHOICE_LAYERS = 1_000_000
 INT64_BYTES = 8
 
 
@@ -83,7 +85,19 @@ class SpaceShape(ABC):
         self.name = name
         self.options: dict[str, Any] = {**self.defaults, **options}
         self.shared_policy = shared_policy
+        self._check_size()
         self.structure = self._structure()
+
+    def _check_size(self) -> None:
+        """Refuse more than :data:`MAX_CHOICE_LAYERS` choice layers before the structure lists them: a
+        ``space.blocks`` of 10**9 filled memory until the kernel killed the command."""
+        sizes = [self.options.get(k) for k in ("blocks", "candidates")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+            return  # each shape's own checks name a missing or non-integer option
+        blocks, candidates = cast("list[int]", sizes)
+        if blocks * candidates > MAX_CHOICE_LAYERS:
+            raise UsageError(f"space {self.name!r}: {blocks} blocks x {candidates} candidates is "
+                             f"{blocks * candidates} choice layers; at most {MAX_CHOICE_LAYERS} are supported")
 
     @classmethod
     def space_class(cls) -> type[SpaceShape]:
