@@ -55,10 +55,14 @@ def _subnet_choices(path: Path | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe import numerics
+
+    config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
+    numerics.apply(config.numerics)  # before torch loads (with the launcher): it picks its kernels once
+
     from naspipe.runtime.launch import StageFailed, train
     from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
 
-    config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
     except StageFailed as exc:

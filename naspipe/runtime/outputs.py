@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import torch
 
+from naspipe import numerics
 from naspipe.fsutil import atomic_write, atomic_write_json, atomic_write_text
 from naspipe.rundigest import hash_of_hashes, write_digests
 from naspipe.runplan.job import Job
@@ -159,6 +160,7 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
         **_cache_metrics(reports),
         "recompute_effective": all(r.extra.get("recompute", float(config.recompute)) for r in reports),
         "stage_extra": [r.extra for r in reports],
+        "numerics": numerics.describe(config.numerics),
         "config": config.to_dict(),
     }
 

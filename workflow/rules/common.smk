@@ -7,6 +7,7 @@ their commands and resources; naspipe.plan.paths says where every output and log
 import os
 import time
 
+from naspipe import numerics
 from naspipe.plan import jobclock
 from naspipe.plan.order import job_times_prefix, priority
 from naspipe.plan.paths import benchmarkfile, logfile, path
@@ -24,8 +25,11 @@ from naspipe.plan.workflow import (
 JOB_SESSION = f"{int(time.time())}-{os.getpid()}"
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)
+# and every job runs the config's CPU kernels (naspipe.numerics): its pins are in the environment before any
+# python starts, so profile, search and evaluate compute as the training runs do
 shell.prefix(
-    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {jobclock.prefix(JOB_SESSION)}{job_times_prefix(os.environ)}"
+    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {numerics.shell_prefix(config['numerics'])}"
+    f"{jobclock.prefix(JOB_SESSION)}{job_times_prefix(os.environ)}"
 )
 shell.suffix(jobclock.SUFFIX)
 CONDA_ENV = "../envs/naspipe.yaml"
