@@ -10,7 +10,7 @@ import time
 from naspipe import numerics
 from naspipe.plan import jobclock
 from naspipe.plan.order import job_times_prefix, priority
-from naspipe.plan.paths import benchmarkfile, logfile, path
+from naspipe.plan.paths import benchmarkfile, logfile, path, results
 from naspipe.report.sections import report_outputs
 from naspipe.plan.workflow import (
     ablation_variants,
@@ -33,6 +33,8 @@ shell.prefix(
 )
 shell.suffix(jobclock.SUFFIX)
 CONDA_ENV = "../envs/naspipe.yaml"
+# the digests of the default config's published results (published.smk), beside the workflow
+PUBLISHED = os.path.relpath(Path(workflow.current_basedir).parent / "published" / "config.json")
 
 SPACES = sorted(config["spaces"])
 CUDA = W.cuda
