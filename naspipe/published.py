@@ -131,7 +131,11 @@ def _compare_table(name: str, want: dict[str, Any], got: dict[str, Any] | None) 
 def config_differences(expected: dict[str, Any], found: dict[str, Any]) -> list[str]:
     """The top-level config keys in which this run's config differs from the published one."""
     a, b = expected.get("config", {}), found.get("config", {})
-    return sorted(k for k in set(a) | set(b) if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True))
+    return sorted(k for k in set(a) | set(b) if _canonical(a.get(k)) != _canonical(b.get(k)))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def summary(outcomes: list[Outcome], differing_keys: list[str], source: str) -> str:
@@ -140,7 +144,10 @@ def summary(outcomes: list[Outcome], differing_keys: list[str], source: str) -> 
     tables = [o for o in outcomes if o.kind == "table"]
     same_runs, same_tables = sum(o.same for o in runs), sum(o.same for o in tables)
     lines = ["# Published results", ""]
-    if same_runs == len(runs) and same_tables == len(tables):
+    if not outcomes:
+        lines.append(f"Nothing is published yet ({source} is empty); results/published.json is this run's record: "
+                     "copied there, it publishes this run (docs/numerics.md).")
+    elif same_runs == len(runs) and same_tables == len(tables):
         lines.append(f"Your run reproduces the published results bit for bit: {same_runs} of {len(runs)} runs and "
                      f"{same_tables} of {len(tables)} tables ({source}).")
     else:
