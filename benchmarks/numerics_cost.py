@@ -85,6 +85,7 @@ def measure(cases: list[str], steps: int, repeat: int) -> dict[str, dict[str, li
             for case in cases:
                 for mode in MODES:
                     found[case][mode].append(one(case, mode, steps, Path(tmp)))
+                    print(f"{case} {mode}: {found[case][mode][-1]:.1f} ms/subnet", file=sys.stderr, flush=True)
     return found
 
 
