@@ -27,6 +27,7 @@ artifact: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores all --configfile config/config.yaml
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --cores 1 --configfile config/config.yaml \
 		--report results/report.html
+	@sed -n 3p results/published.md  # against workflow/published/config.json (docs/numerics.md)
 
 # Lint and type checks first (pinned ruff and mypy, configured in pyproject.toml), then the tests.
 test: $(STAMP)

@@ -24,16 +24,14 @@ Two departures from the workflow, both so the reference is a function of the cod
     python benchmarks/run_golden.py --check benchmarks/golden/run_golden.json --only 'pipedream/cv.tiny/D2'
     python benchmarks/run_golden.py --record benchmarks/golden/run_golden.json         # intended changes only
 
-The bits are a function of the code *and of the CPU kernels torch picks*: MKL and oneDNN choose their
-matrix and convolution kernels by the CPU's instruction set (and MKL by its vendor), and kernels of
-different vector widths add in different orders. The same commit gave other cv.tiny bits on an AVX2 AMD
-machine than on the machine the first reference was recorded on, while on each machine every run is
-deterministic and csp at D stages equals sequential bit for bit (the repro tests). So the file holds one
-reference per kernel family (``references``: each with the ``machine`` it was recorded on,
-:func:`kernel_family`), and a check passes when every run matches one of them, the same one for all runs:
-a change to the code moves the bits away from every family's, which the check still catches on any
-machine it has a reference for. ``--record`` replaces this machine's family's reference (an intended
-change must be recorded on each family, or the others' references dropped) and keeps the others.
+The runs train under ``numerics: portable`` (the workflow's default, docs/numerics.md): torch, MKL and oneDNN are
+pinned to kernels that exist on every x86-64 CPU with AVX2, so the reference is one set of bits that every such
+machine must reproduce (under ``native`` an AVX-512 machine and an AVX2 one differ in every run). The file keeps
+the machine each reference was recorded on (:func:`kernel_family`: torch version, the capability torch ran,
+the CPU vendor); a check passes when every run matches one reference. ``--record`` writes this machine's runs
+as the one reference; ``--record ... --per-vendor`` keeps the other vendors' references beside it, for the case
+that a vendor's CPUs turn out to compute other bits (then each vendor checks against its own; the test stays
+strict on every machine: a machine of a vendor without one must match another's).
 
 Exit status: 0 when every run checked matches, 1 when some differ (each named on stderr with the
 outputs that differ), 2 on bad arguments.
@@ -60,16 +58,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from naspipe import systems  # noqa: E402
+from naspipe import numerics, systems  # noqa: E402
 from naspipe.fsutil import atomic_write_text  # noqa: E402
 from naspipe.plan import datasets, paths  # noqa: E402
 from naspipe.plan.workflow import Workflow, space_options  # noqa: E402
-from naspipe.report.document import cpu_field  # noqa: E402
 
 STEPS = 72
 STAGES = (1, 2, 4)
 SPACES = ("nlp.tiny", "cv.tiny")
 PARTITION_COSTS = "params"
+NUMERICS = "portable"  # one reference for every x86-64 machine (docs/numerics.md)
 # csp-artifact keeps the artifact's relaxed check, not the version rule: above one stage what it trains
 # depends on timing, so no reference can hold it (it once also skipped the shared-layer window's wait and
 # stopped at D=4 on nlp.tiny; tests/test_artifact_policy.py now covers that)
@@ -98,7 +96,8 @@ def load_config(steps: int) -> dict[str, Any]:
 
     config = yaml.safe_load(CONFIG.read_text())
     validate(config, str(SCHEMA))
-    config.update(steps=steps, systems=runtime_systems(), stages=list(STAGES), partition_costs=PARTITION_COSTS)
+    config.update(steps=steps, systems=runtime_systems(), stages=list(STAGES), partition_costs=PARTITION_COSTS,
+                  numerics=NUMERICS)
     config["spaces"] = {space: config["spaces"][space] for space in SPACES}
     return config
 
@@ -177,12 +176,14 @@ def run_all(runs: Iterable[Run], steps: int, jobs: int, work: Path) -> dict[str,
 
 
 def kernel_family() -> str:
-    """What besides the code decides a CPU run's bits: torch's version, the instruction set its kernels use
-    (``torch.backends.cpu.get_cpu_capability``) and the CPU's vendor (MKL dispatches on it)."""
-    import torch
-
-    vendor = cpu_field("vendor_id") or platform.processor() or platform.machine() or "unknown"
-    return f"torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()} {vendor}"
+    """The machine a reference is recorded on: torch's version, the instruction set its kernels use under
+    ``portable`` (``torch.backends.cpu.get_cpu_capability`` with the pins set, as in the runs) and the CPU's
+    vendor (MKL dispatches on it outside its COMPATIBLE branch)."""
+    command = "import torch; print(torch.__version__, torch.backends.cpu.get_cpu_capability())"
+    env = {**os.environ, **numerics.PORTABLE_ENV}
+    probe = subprocess.run([sys.executable, "-c", command], env=env, capture_output=True, text=True, check=True)
+    vendor = numerics.cpu_field("vendor_id") or platform.processor() or platform.machine() or "unknown"
+    return f"torch {probe.stdout.strip()} {vendor} ({NUMERICS})"
 
 
 def references(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -199,11 +200,13 @@ def closest(refs: list[dict[str, Any]], found: dict[str, dict[str, str]]) -> tup
     return min(((ref, differences(ref["runs"], found)) for ref in refs), key=lambda scored: len(scored[1]))
 
 
-def recorded(body: dict[str, Any], machine: str, runs: dict[str, dict[str, str]], steps: int) -> dict[str, Any]:
-    """``body`` with ``machine``'s reference replaced by ``runs`` (added if new), the others kept; a change of
-    ``steps`` drops them (their runs were another length)."""
-    kept = [r for r in body.get("references", []) if r["machine"] != machine] if body.get("steps") == steps else []
-    return {"steps": steps, "partition_costs": PARTITION_COSTS,
+def recorded(body: dict[str, Any], machine: str, runs: dict[str, dict[str, str]], steps: int,
+             per_vendor: bool = False) -> dict[str, Any]:
+    """``body`` with ``runs`` as the one reference; ``per_vendor``: the other machines' references kept, this one's
+    replaced (added if new). A change of ``steps`` drops them all (their runs were another length)."""
+    same = body.get("steps") == steps and body.get("numerics") == NUMERICS
+    kept = [r for r in body.get("references", []) if r["machine"] != machine] if per_vendor and same else []
+    return {"steps": steps, "partition_costs": PARTITION_COSTS, "numerics": NUMERICS,
             "references": [*kept, {"machine": machine, "runs": runs}]}
 
 
@@ -226,6 +229,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", type=Path, help="write the reference JSON here")
     mode.add_argument("--check", type=Path, help="compare against this reference JSON")
+    p.add_argument("--per-vendor", action="store_true",
+                   help="with --record: keep the references of other machines (vendors) beside this one's")
     p.add_argument("--only", help="regular expression: runs whose name (system/space/D<stages>) matches")
     p.add_argument("--jobs", type=int, default=2, help="runs trained at once (default 2)")
     p.add_argument("--work", type=Path, help="keep the runs here (default: a temporary directory)")
@@ -264,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         found = run_all(runs, steps, args.jobs, work.resolve())
     machine = kernel_family()
     if args.record:
-        body = recorded(body, machine, found, steps)
+        body = recorded(body, machine, found, steps, args.per_vendor)
         atomic_write_text(args.record, json.dumps(body, indent=1, sort_keys=True) + "\n")
         print(f"run_golden: {len(found)} runs recorded in {args.record} for {machine} "
-              f"({len(body['references'])} kernel families)")
+              f"({len(body['references'])} reference(s))")
         return 0
     ref, bad = closest(refs, found)
     for line in bad:

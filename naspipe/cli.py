@@ -71,6 +71,7 @@ COMMANDS: dict[str, Command] = {
     "with-gpus": Command("naspipe.commands.with_gpus", "claim N free GPUs (lock files), then run a command on them"),
     "plan": Command("naspipe.commands.plan", "a workflow config's cost: jobs, GPU-hours, memory per job, disk"),
     "fetch": Command("naspipe.commands.fetch", "download a dataset by URL and SHA-256, verify it, unpack it safely"),
+    "published": Command("naspipe.commands.published", "check a results tree against the published digests"),
     "memo": Command("naspipe.commands.memo", "run a command once per key of the content it reads; later jobs copy it"),
 }
 

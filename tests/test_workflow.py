@@ -306,7 +306,7 @@ def test_rerun_does_nothing_and_a_change_reruns_only_what_it_affects(tiny_run: P
     )
     assert changed.returncode == 0, changed.stderr
     outputs = re.findall(r"^\s*output: (\S+)", changed.stdout, re.MULTILINE)
-    report = ("results/tables/", "results/figures/", "results/report.md")
+    report = ("results/tables/", "results/figures/", "results/report.md", "results/published.")
     assert outputs and all("/toy" in o or o.startswith(report) for o in outputs), outputs
     assert not [o for o in outputs if "nlp.tiny" in o]
 

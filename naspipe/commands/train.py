@@ -57,15 +57,19 @@ def _subnet_choices(path: Path | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from naspipe import numerics
     from naspipe.runplan.rundir import RunDirGone
-    from naspipe.runtime.launch import StageFailed, train
-    from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
 
     if not args.out.name:  # '' and '.' (argparse makes both Path('.')): no directory to publish or lock
         from naspipe.errors import UsageError
 
         raise UsageError(f"--out {str(args.out)!r}: name a run directory (a run works in DIR.partial, publishes DIR)")
     config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
+    numerics.apply(config.numerics)  # before torch loads (with the launcher): it picks its kernels once
+
+    from naspipe.runtime.launch import StageFailed, train
+    from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
+
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
     except (StageFailed, RunDirGone) as exc:

@@ -128,6 +128,11 @@ class Config:
         default=1_000_000,
     )
     threads: int = _doc("intra-op threads per stage process (fixed for reproducibility)", default=1)
+    numerics: Literal["native", "portable"] = _doc(
+        "CPU kernels: native (the machine's own: fastest, bits differ between CPU families) or portable (kernels "
+        "pinned before torch loads: the same bits on every x86-64 CPU with AVX2; docs/numerics.md)",
+        default="native",
+    )
     device: Literal["auto", "cpu", "cuda"] = _doc("device of the stage workers", default="auto")
     timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
     progress: Literal["auto", "on", "off"] = _doc(

@@ -55,10 +55,10 @@ def system_runs(config: dict[str, Any], space: str, system: str, seed: int) -> l
 
 
 def common_sets(config: dict[str, Any], steps: int | None = None) -> list[str]:
-    """Settings every training run of the config shares (threads, device, checkpoints, train_options);
+    """Settings every training run of the config shares (threads, device, numerics, checkpoints, train_options);
     ``steps``: the run's length when not the config's ``steps`` (it sets how many checkpoints are kept)."""
     sets = [f"threads={config.get('threads_per_stage', 1)}", f"device={config.get('device', 'cpu')}",
-            "progress=off"]
+            "progress=off", f"numerics={config.get('numerics', 'native')}"]
     every = (config.get("search") or {}).get("checkpoint_every", 0)
     if every:  # Figure 4's score-over-time curves evaluate these checkpoints
         kept = math.ceil((steps or config["steps"]) / every) + 1

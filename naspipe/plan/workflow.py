@@ -322,7 +322,7 @@ class Workflow:
     def retrain_args(self, w: Wildcards) -> str:
         c = self.config
         sets = [*space_options(c, w.space), f"threads={c['threads_per_stage']}", f"device={c['device']}",
-                "progress=off"]
+                "progress=off", f"numerics={c.get('numerics', 'native')}"]
         sets += [f"{key}={value}" for key, value in sorted(c["train_options"].items())
                  if key not in ("checkpoint_every", "keep_checkpoints")]
         steps = search_settings(c, w.space)["retrain_steps"]

@@ -8,24 +8,13 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 
+from naspipe.numerics import cpu_field
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Figure, Table
 
 CLAIMS = "claims"  # the section that opens the report (naspipe.report.claims)
 OPENING = (CLAIMS, "run_summary")  # the claims, then what this run shows (naspipe.report.run_summary)
-
-
-def cpu_field(name: str) -> str | None:
-    """The first ``name`` line of ``/proc/cpuinfo`` (``model name``, ``vendor_id``), None where there is none."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith(name):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def cpu_model() -> str:

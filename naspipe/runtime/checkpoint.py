@@ -206,6 +206,7 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
         raise UsageError(f"--resume {checkpoint}: config key 'shared_window' is {config.get('shared_window')!r}, "
                          f"checkpoint has {saved.get('shared_window')!r}")
     _check_system_numerics(saved, config, checkpoint)
+    _check_kernels(saved, config, checkpoint)
     if config["steps"] < manifest["step"]:
         raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's "
                          f"step {manifest['step']}")
@@ -232,6 +233,15 @@ def numerics_settings(config: dict[str, Any]) -> dict[str, Any]:
     return {"stages": stages, "max_inflight (0 means 2 x stages)": config.get("max_inflight") or 2 * int(stages or 0),
             "checkpoint_every": config.get("checkpoint_every"), "partition_costs": config.get("partition_costs"),
             "partition_file": config.get("partition_file"), "partition_mode": config.get("partition_mode")}
+
+
+def _check_kernels(saved: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
+    """The CPU kernels (config key ``numerics``) are part of the reference: a checkpoint written before the key
+    existed ran ``native``."""
+    theirs, ours = saved.get("numerics", "native"), config.get("numerics", "native")
+    if theirs != ours:
+        raise UsageError(f"--resume {checkpoint}: the checkpoint was trained with numerics={theirs}, this run asks "
+                         f"for numerics={ours}; resuming would mix two kernels' bits (set numerics={theirs})")
 
 
 def _check_system_numerics(saved: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:

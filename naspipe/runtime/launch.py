@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from naspipe import numerics
 from naspipe.config import Config
 from naspipe.determinism import check_threads, make_deterministic
 from naspipe.errors import UsageError
@@ -105,6 +106,7 @@ def cluster_rank() -> Rank | None:
 
 def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: bool = False) -> dict[str, Any] | None:
     """Run training; returns the metrics on the process that published the outputs."""
+    numerics.check_loaded(config.numerics)  # the launcher's kernels too: a process that loaded torch too early
     place = cluster_rank()
     space = build_space(config)  # no layer is built yet
     _check_memory(config, space, place)  # before the partition sizes every layer: name the one that cannot fit
@@ -303,6 +305,7 @@ def run_stage(place: Rank, job: Job, work_dir: Path, checkpoint: Path | None, in
     the rendezvous (the other ranks wait there for it).
     """
     config = job.config
+    numerics.check_loaded(config.numerics)  # a stage, forked or launched by torchrun/srun: its kernels are the run's
     device = pick_device(config, place.local_rank)
     make_deterministic(config.threads, device)
     faults.install_from_env()

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import torch
 
+from naspipe import numerics
 from naspipe.fsutil import atomic_write, atomic_write_json, atomic_write_text
 from naspipe.rundigest import hash_of_hashes, write_digests
 from naspipe.runplan.job import Job
@@ -164,6 +165,7 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
         "split_backward": config.split_backward,
         "priority": config.priority,
         "stage_extra": [r.extra for r in reports],
+        "numerics": numerics.describe(config.numerics),
         "config": config.to_dict(),
     }
 

@@ -6,9 +6,10 @@ their commands and resources; naspipe.plan.paths says where every output and log
 
 import os
 
+from naspipe import numerics
 from naspipe.plan import jobclock
 from naspipe.plan.order import job_times_prefix, priority
-from naspipe.plan.paths import benchmarkfile, logfile, path
+from naspipe.plan.paths import benchmarkfile, logfile, path, results
 from naspipe.report.sections import report_outputs
 from naspipe.plan.workflow import (
     ablation_variants,
@@ -24,11 +25,16 @@ from naspipe.plan.workflow import (
 JOB_SESSION = jobclock.session_of(os.environ)
 # a training job ends with this snakemake, even one killed by SIGKILL (naspipe/runtime/lifecycle.py); the
 # package comes from the environment (installed by `make`, or by envs/naspipe.yaml with --use-conda)
+# and every job runs the config's CPU kernels (naspipe.numerics): its pins are in the environment before any
+# python starts, so profile, search and evaluate compute as the training runs do
 shell.prefix(
-    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {jobclock.prefix(JOB_SESSION)}{job_times_prefix(os.environ)}"
+    f"set -euo pipefail; export NASPIPE_DIE_WITH=$PPID; {numerics.shell_prefix(config['numerics'])}"
+    f"{jobclock.prefix(JOB_SESSION)}{job_times_prefix(os.environ)}"
 )
 shell.suffix(jobclock.SUFFIX)
 CONDA_ENV = "../envs/naspipe.yaml"
+# the digests of the default config's published results (published.smk), beside the workflow
+PUBLISHED = os.path.relpath(Path(workflow.current_basedir).parent / "published" / "config.json")
 
 SPACES = sorted(config["spaces"])
 CUDA = W.cuda

@@ -1,0 +1,31 @@
+"""Step 8, published: does this run reproduce the published results bit for bit? Every training run and every
+untimed table against the digests the repository holds for this config (workflow/published/config.json, made
+under numerics: portable; docs/numerics.md). results/published.json is this run's own record: copied over the
+repository's file, it publishes this run."""
+
+import json
+import shlex
+
+
+rule published:
+    input:
+        REPORT_OUTPUTS,
+        CALIBRATION_OUTPUTS,
+        expected=PUBLISHED,
+    output:
+        md=report(
+            results("published.md"),
+            caption="../report/published.rst",
+            category="Published results",
+        ),
+        json=results("published.json"),
+    log:
+        logfile("published"),
+    conda:
+        CONDA_ENV
+    params:
+        config=shlex.quote(json.dumps(config, sort_keys=True)),
+        results=results(),
+    shell:
+        "python -m naspipe published --results {params.results} --expected {input.expected} --config-json {params.config}"
+        " --out {output.md} --json {output.json} > {log} 2>&1"
