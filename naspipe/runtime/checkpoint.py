@@ -48,6 +48,8 @@ FORMAT = 2
 # Keys that change every system's numerics: a resumed run must match the checkpoint on these (and on
 # what its own system's numbers depend on: :func:`numerics_settings`, e.g. the effective bulk size).
 MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet")
+# must match too; a checkpoint written before the key existed computed with the default
+DEFAULTED = {"precision": "fp32"}
 _STEP_DIR = re.compile(r"step-(\d{8})$")
 _HEX64 = re.compile(r"[0-9a-f]{64}$")
 
@@ -190,6 +192,10 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
         raise UsageError(f"--resume {checkpoint}: config key 'shared_window' is {config.get('shared_window')!r}, "
                          f"checkpoint has {saved.get('shared_window')!r}")
     _check_system_numerics(saved, config, checkpoint)
+    for key, default in DEFAULTED.items():
+        if saved.get(key, default) != config.get(key, default):
+            raise UsageError(f"--resume {checkpoint}: config key {key!r} is {config.get(key, default)!r}, "
+                             f"checkpoint has {saved.get(key, default)!r}")
     if config["steps"] < manifest["step"]:
         raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's "
                          f"step {manifest['step']}")

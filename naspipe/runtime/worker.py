@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from naspipe import systems
+from naspipe.determinism import layer_precision
 from naspipe.runplan.job import Job
 from naspipe.runplan.rules import cache_budget, effective_recompute, prefetch_horizon
 from naspipe.runtime import checkpoint as ckpt
@@ -73,7 +74,8 @@ class StageWorker:
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
                                       self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
-                                      stash_weights=self.needs.stash_weights, windows=self.windows)
+                                      stash_weights=self.needs.stash_weights, windows=self.windows,
+                                      precision=layer_precision(config.precision, device))
         self.policy.resume_at(start)
         self.mirror_bytes = self.relay_bytes = 0
         self._announce_end(start)
