@@ -26,6 +26,7 @@ from naspipe.determinism import layer_precision
 from naspipe.runplan.job import Job
 from naspipe.runplan.rules import cache_budget, effective_recompute, prefetch_horizon
 from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime.build import build_stage
 from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.optim import LayerOptimizers
@@ -62,7 +63,7 @@ class StageWorker:
         self.is_last = self.policy.is_last  # decided once, by the policy (the stage of the loss)
         self.needs = systems.get(config.system)
         self.recompute = effective_recompute(config.system, config.recompute)
-        self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
+        self.layers = {lid: module.to(device) for lid, module in build_stage(job, stage).items()}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         self.windows = self._make_windows()
         start = ckpt.restore(resume, self.layers, self.optimizers, self.windows) if resume is not None else 0
