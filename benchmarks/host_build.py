@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,16 +42,23 @@ def build_once(space_name: str, sets: list[str], workers: int, threads: int) -> 
     make_deterministic(threads, torch.device("cpu"))
     space = make_space(config.space_name, config.space_options, config.shared_policy)
     ids = range(space.structure.num_layers)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     layers = build_layers(space, ids, config.seed, threads, workers, min_params=0)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_s() - cpu
     digest = hashlib.sha256()
     params = 0
     for lid in ids:
         module = layers[lid]
         params += sum(p.numel() for p in module.parameters())
         digest.update(tensor_digest({**dict(module.named_parameters()), **dict(module.named_buffers())}).encode())
-    return {"workers": workers, "seconds": seconds, "params": params, "digest": digest.hexdigest()}
+    return {"workers": workers, "seconds": seconds, "cpu_s": cpu, "params": params, "digest": digest.hexdigest(),
+            "load": os.getloadavg()[0]}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the build workers, once the pool is shut)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def measure(space: str, sets: list[str], workers: int, threads: int) -> dict[str, Any]:
@@ -82,15 +91,18 @@ def main() -> int:
     rows = []
     for w in args.workers:
         seconds = statistics.median(r["seconds"] for r in runs if r["workers"] == w)
+        cpu = statistics.median(r["cpu_s"] for r in runs if r["workers"] == w)
         params = next(r["params"] for r in runs if r["workers"] == w)
-        rows.append({"workers": w, "median_s": seconds, "params_per_s": params / seconds, "params": params})
-        print(f"workers {w:>2}: {seconds:7.2f} s median over {args.repeats}  {params / seconds / 1e6:6.1f} M params/s "
-              f"({params / 1e6:.1f} M parameters)")
+        rows.append({"workers": w, "median_s": seconds, "cpu_s": cpu, "params_per_s": params / seconds,
+                     "params": params})
+        print(f"workers {w:>2}: {seconds:7.2f} s median over {args.repeats} ({cpu:6.2f} CPU s)  "
+              f"{params / seconds / 1e6:6.1f} M params/s ({params / 1e6:.1f} M parameters)")
     digests = sorted({r["digest"] for r in runs})
     base = rows[0]["median_s"]
     for row in rows[1:]:
         print(f"workers {row['workers']} vs {rows[0]['workers']}: {base / row['median_s']:.2f}x faster")
-    print(f"weights digest: {digests[0] if len(digests) == 1 else 'DIFFER: ' + ', '.join(digests)}")
+    print(f"weights digest: {digests[0] if len(digests) == 1 else 'DIFFER: ' + ', '.join(digests)}; load average "
+          f"{statistics.median(r['load'] for r in runs):.1f} during the runs")
     if args.json is not None:
         args.json.write_text(json.dumps({"runs": runs, "medians": rows, "digests": digests}, indent=1))
     return 0 if len(digests) == 1 else 1
