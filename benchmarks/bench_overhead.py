@@ -71,12 +71,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from naspipe.config import Config, load_config  # noqa: E402
-from naspipe.determinism import make_deterministic  # noqa: E402
+from naspipe.determinism import layer_precision, make_deterministic  # noqa: E402
 from naspipe.space import make_space  # noqa: E402
-from naspipe.space.base import LayerContext, SearchSpace, SpaceLayer  # noqa: E402
+from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer  # noqa: E402
 from naspipe.subnet import SubnetStream  # noqa: E402
 
 SPACES = ("nlp.tiny", "cv.tiny", "toy")
+CPU = torch.device("cpu")
 
 
 def plain_config(space: str, steps: int, seed: int = 0, overrides: tuple[str, ...] = ()) -> Config:
@@ -95,22 +96,28 @@ class PlainRun:
 @dataclass
 class PlainLoop:
     """The plain loop's set-up (everything a user builds before the loop): the space, every layer, a
-    per-layer SGD for each layer with trainable parameters, the subnet stream."""
+    per-layer SGD for each layer with trainable parameters, the subnet stream; on ``device``, each layer
+    and the loss under ``cast`` (bf16 autocast or nothing: the run's precision, as a user would write it)."""
 
     space: SearchSpace
     layers: list[SpaceLayer]
     sgd: list[torch.optim.SGD | None]
     stream: SubnetStream
     seed: int
+    device: torch.device = CPU
+    cast: Any = contextlib.nullcontext
 
     def step(self, step: int) -> float:
         """One training step, sequential semantics (DESIGN.md section 2); its loss."""
         ids = self.space.structure.position_layers(self.stream[step])
         batch = self.space.batch(step, self.seed)
+        batch = Batch(*(tuple(t.to(self.device) for t in part) for part in (batch.inputs, batch.targets)))
         state = batch.inputs
         for lid in ids:
-            state = self.layers[lid](state, LayerContext(self.seed, step, lid))
-        loss = self.space.loss(state, batch)
+            with self.cast():
+                state = self.layers[lid](state, LayerContext(self.seed, step, lid))
+        with self.cast():
+            loss = self.space.loss(state, batch)
         loss.backward()
         value = loss.item()
         for lid in ids:
@@ -121,17 +128,19 @@ class PlainLoop:
         return value
 
 
-def plain_setup(config: Config) -> PlainLoop:
-    """Build what the plain loop needs, as a user would before the loop (the optimizers too)."""
-    make_deterministic(1, torch.device("cpu"))
+def plain_setup(config: Config, device: torch.device = CPU) -> PlainLoop:
+    """Build what the plain loop needs, as a user would before the loop (the optimizers too), on ``device``
+    at the config's precision."""
+    make_deterministic(1, device, config.precision)
     space = make_space(config.space_name, config.space_options, config.shared_policy)
     structure, seed, opt = space.structure, config.seed, config.optimizer
     if opt.name != "sgd":
         raise ValueError("the plain loop is the SGD reference")
-    layers = [space.build_layer(lid, seed) for lid in range(structure.num_layers)]
+    layers = [space.build_layer(lid, seed).to(device) for lid in range(structure.num_layers)]
     sgd = [torch.optim.SGD(ps, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay, foreach=False)
            if (ps := [p for p in layer.parameters() if p.requires_grad]) else None for layer in layers]
-    return PlainLoop(space, layers, sgd, SubnetStream(structure.choices_per_block, seed), seed)
+    return PlainLoop(space, layers, sgd, SubnetStream(structure.choices_per_block, seed), seed, device,
+                     layer_precision(config.precision, device))
 
 
 def plain_train(config: Config) -> PlainRun:

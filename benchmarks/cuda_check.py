@@ -10,9 +10,13 @@ identical inside itself; the CPU reference and the baselines are run for informa
 - csp at D = 2 and csp-no-scheduler at D = 3 (stages sharing one GPU talk over gloo through
   host memory: NCCL refuses two ranks on one device);
 - csp at D = 4 with the cache and per-subnet partitions (mirrored layers sent between stages);
-- the same with Adam against sequential with Adam.
+- the same with Adam against sequential with Adam;
+- bf16 (``precision=bf16``: autocast per layer): sequential twice, csp at D = 1 with the cache, at
+  D = 2, and at D = 4 with the cache and per-subnet partitions (bf16 tensors crossing stages).
 
     python benchmarks/cuda_check.py [--steps 24] [--spaces nlp.tiny cv.tiny] [--jobs 4] --out DIR
+
+``--device cpu`` runs the same matrix on the CPU (a dry run of the script where there is no GPU).
 
 Writes ``DIR/cuda_check.json`` (every run's command, exit status, wall time and key metrics,
 and each group's verdict) and prints one line per group; exits 1 if a group differs or a run
@@ -40,6 +44,11 @@ RUNS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "csp4-cache-per-subnet": ("csp", 4, ("cache.enabled=true", "partition_mode=per-subnet")),
     "seq-adam": ("sequential", 1, ("optimizer.name=adam",)),
     "csp4-cache-adam": ("csp", 4, ("cache.enabled=true", "optimizer.name=adam")),
+    "seq-bf16-a": ("sequential", 1, ("precision=bf16",)),
+    "seq-bf16-b": ("sequential", 1, ("precision=bf16",)),
+    "csp1-cache-bf16": ("csp", 1, ("cache.enabled=true", "precision=bf16")),
+    "csp2-bf16": ("csp", 2, ("precision=bf16",)),
+    "csp4-cache-per-subnet-bf16": ("csp", 4, ("cache.enabled=true", "partition_mode=per-subnet", "precision=bf16")),
     "gpipe2": ("gpipe", 2, ()),
     "seq-cpu": ("sequential", 1, ("device=cpu",)),
 }
@@ -47,16 +56,18 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "sgd: sequential x2, csp D=1 cache, csp D=2, csp-no-scheduler D=3, csp D=4 cache per-subnet":
         ("seq-a", "seq-b", "csp1-cache", "csp2", "cspns3", "csp4-cache-per-subnet"),
     "adam: sequential, csp D=4 cache": ("seq-adam", "csp4-cache-adam"),
+    "bf16: sequential x2, csp D=1 cache, csp D=2, csp D=4 cache per-subnet":
+        ("seq-bf16-a", "seq-bf16-b", "csp1-cache-bf16", "csp2-bf16", "csp4-cache-per-subnet-bf16"),
 }
-INFO = ("gpipe2", "seq-cpu")  # compared with seq-a and reported, never required
+INFO = ("gpipe2", "seq-cpu", "seq-bf16-a")  # compared with seq-a and reported, never required (bf16 must differ)
 # cache_peak_bytes: the cache's own peak, to compare with its budget (peak_device_bytes also holds activations)
 METRICS = ("throughput_samples_s", "bubble_ratio", "cache_hit_rate", "cache_peak_bytes", "peak_device_bytes",
            "swap_in_bytes", "mirror_bytes", "device")
 
 
-def train(space: str, name: str, steps: int, out: Path) -> dict[str, Any]:
+def train(space: str, name: str, steps: int, out: Path, device_name: str = "cuda") -> dict[str, Any]:
     system, stages, sets = RUNS[name]
-    device = () if any(s.startswith("device=") for s in sets) else ("device=cuda",)
+    device = () if any(s.startswith("device=") for s in sets) else (f"device={device_name}",)
     cmd = [sys.executable, "-m", "naspipe", "train", "--space", space, "--system", system, "--stages", str(stages),
            "--steps", str(steps), "--set", "progress=off", *[a for s in (*device, *sets) for a in ("--set", s)],
            "--out", str(out / space / name), "--overwrite"]
@@ -98,18 +109,20 @@ def main() -> int:
     parser.add_argument("--spaces", nargs="+", default=["nlp.tiny", "cv.tiny"])
     parser.add_argument("--jobs", type=int, default=4, help="runs at once (they share the GPU)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a dry run of the matrix")
     args = parser.parse_args()
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("cuda_check: no CUDA device", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-                              "gpus": torch.cuda.device_count(), "steps": args.steps, "spaces": {}}
+    cuda = args.device == "cuda"
+    report: dict[str, Any] = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if cuda else "cpu",
+                              "gpus": torch.cuda.device_count() if cuda else 0, "steps": args.steps, "spaces": {}}
     ok = True
     for space in args.spaces:
         with ThreadPoolExecutor(args.jobs) as pool:
-            futures = {name: pool.submit(train, space, name, args.steps, args.out) for name in RUNS}
+            futures = {name: pool.submit(train, space, name, args.steps, args.out, args.device) for name in RUNS}
             runs = {name: f.result() for name, f in futures.items()}
         verdicts = check_space(space, runs, args.out)
         report["spaces"][space] = {"runs": runs, "groups": verdicts}

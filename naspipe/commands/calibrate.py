@@ -10,7 +10,6 @@ Both are written atomically, after everything has been checked and computed.
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,8 +109,6 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> None:
 def render_spec(base: Hardware, by_fit: dict[str, Fit], held_out: dict[str, float], reading: str,
                 base_name: str, systems: str) -> str:
     """The fitted spec: ``base``'s keys in order; the two fitted ones carry where they came from."""
-    from naspipe.sim.hardware import Hardware
-
     f = by_fit["all"]
     cross = ", ".join(f"fit on {k} -> max held-out error {v:.1%}" for k, v in held_out.items())
     lines = [
@@ -122,21 +119,20 @@ def render_spec(base: Hardware, by_fit: dict[str, Fit], held_out: dict[str, floa
         f"# CV, 8 stages, reading '{reading}'; max error {f.max_rel_error:.1%}). Cross-validation: {cross}.",
         "# See docs/calibration.md. Generated: do not edit by hand.",
     ]
-    for field in fields(Hardware):
-        value = getattr(base, field.name)
+    for key, value in base.spec().items():
         note = ""
-        if field.name == "name":
+        if key == "name":
             value = FITTED_NAME
-        elif field.name == "task_overhead_s":
+        elif key == "task_overhead_s":
             value = f.task_overhead_s
             note = "  # FITTED (Table 2 Exec, the fixed cost of each task): " + (
                 "physical (a launch and bookkeeping cost)" if f.overhead_physical else
                 "NOT physical for a GPU (launches cost ~1e-5 s): the paper's runtime's own per-task cost")
-        elif field.name == "compute_efficiency":
+        elif key == "compute_efficiency":
             value = f.compute_efficiency
             note = ("  # FITTED (Table 2 Exec, per-sample cost): " + (
                 "physical (a fraction of peak FLOP/s)" if f.physical else "NOT physical (above peak FLOP/s)"))
-        lines.append(f"{field.name}: {_yaml_value(value)}{note}")
+        lines.append(f"{key}: {_yaml_value(value)}{note}")
     return "\n".join(lines) + "\n"
 
 

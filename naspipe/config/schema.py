@@ -134,6 +134,11 @@ class Config:
         default="native",
     )
     device: Literal["auto", "cpu", "cuda"] = _doc("device of the stage workers", default="auto")
+    precision: Literal["fp32", "tf32", "bf16"] = _doc(
+        "arithmetic: fp32 (TF32 off), tf32 (CUDA matrix products on TF32 tensor cores; fp32 on the CPU) or bf16 "
+        "(autocast around each layer, fp32 parameters and optimizer state); part of the reference: csp equals "
+        "sequential at the same precision (naspipe/precision.py)", default="fp32"
+    )
     timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
     progress: Literal["auto", "on", "off"] = _doc(
         "progress bar on stderr (train: subnets done on the last stage; simulate: subnets admitted; "

@@ -117,9 +117,14 @@ def check_simulate(config: dict[str, Any]) -> None:
 
     for spec in sim_hardware(sim):
         try:
-            load_hardware(spec)
+            hardware = load_hardware(spec)
         except UsageError as exc:
             raise ConfigError("simulate.hardware", str(exc)) from exc
+        if sim.get("costs", "analytic") == "analytic":
+            try:
+                hardware.at_precision(str(sim.get("precision", "fp32"))).peak_flops  # noqa: B018 - the check
+            except UsageError as exc:
+                raise ConfigError("simulate.precision", str(exc)) from exc
         for space in sim["spaces"]:
             try:
                 estimate(space, "csp", max(sim["stages"]), 1, (), spec)
@@ -281,6 +286,8 @@ class Workflow:
                 f"--costs {shlex.quote(str(sim['costs']))}", f"--batch {sim['batch']}",
                 f"--partition-by {sim['partition_by']}", f"--set optimizer.name={sim['optimizer']['name']}",
                 f"--set optimizer.momentum={sim['optimizer']['momentum']}"]
+        if sim.get("precision", "fp32") != "fp32":  # (fp32 is the default: the paper's commands stay as they were)
+            args.append(f"--set precision={sim['precision']}")
         if system in mirroring_systems():
             if sim["cache"]:
                 args.append("--set cache.enabled=true")  # NASPipe with its context manager, as in the paper

@@ -50,9 +50,9 @@ FORMAT = 2
 # Keys that change every system's numerics: a resumed run must match the checkpoint on these (and on
 # what its own system's numbers depend on: :func:`numerics_settings`, e.g. the effective bulk size).
 MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet", "micro_batches",
-              "split_backward")
+              "split_backward", "precision")
 # What a key of MUST_MATCH meant in a checkpoint written before the key existed (its default then and now).
-BEFORE_KEY = {"micro_batches": 1, "split_backward": False}
+BEFORE_KEY = {"micro_batches": 1, "split_backward": False, "precision": "fp32"}
 _STEP_DIR = re.compile(r"step-(\d{8})$")
 _HEX64 = re.compile(r"[0-9a-f]{64}$")
 

@@ -36,12 +36,18 @@ window rule, the baselines with their gradient stash beside it) run the same way
 stashing, through :func:`torch.func.functional_call`, but on the version the window rule says
 the subnet reads; their gradients wait for the subnet's update, which adds them to the
 window's sum in subnet order (never to the gradient stash).
+
+Each layer's forward (and recompute) and the loss run under ``precision`` (a context factory from
+:func:`naspipe.determinism.layer_precision`: bf16 autocast, or nothing), entered per layer so that
+the arithmetic does not depend on where the stage boundaries fall.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -85,12 +91,13 @@ class StageExecutor:
         stash_gradients: bool = False,
         stash_weights: bool = False,
         windows: SharedWindows | None = None,
+        precision: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
         if stash_weights and (recompute or not stash_gradients):
             raise ValueError("weight stashing needs recomputation off and the gradient stash on")
         self.space, self.layers, self.optimizers = space, layers, optimizers
         self.seed, self.recompute, self.is_first, self.is_last = seed, recompute, is_first, is_last
-        self.batch_of = batch_of
+        self.batch_of, self.cast = batch_of, precision
         self.stash_gradients, self.stash_weights = stash_gradients, stash_weights
         self._inputs: dict[int, State] = {}
         self._batches: dict[int, Batch] = {}  # subnet -> its batch, from first use to its last use here
@@ -108,10 +115,11 @@ class StageExecutor:
                 state = inputs
                 for layer in layer_ids:
                     ctx = self._ctx(subnet, layer, recompute=False)
-                    if self.windows is not None and layer in self.windows:
-                        state = functional_call(self.layers[layer], self.windows.read(layer, subnet), (state, ctx))
-                    else:
-                        state = self.layers[layer](state, ctx)
+                    with self.cast():
+                        if self.windows is not None and layer in self.windows:
+                            state = functional_call(self.layers[layer], self.windows.read(layer, subnet), (state, ctx))
+                        else:
+                            state = self.layers[layer](state, ctx)
                 if not self.is_last:
                     self._batches.pop(subnet, None)  # stage 0's inputs are kept in ``_inputs``
                     return state
@@ -211,9 +219,10 @@ class StageExecutor:
         state = leaves
         with torch.enable_grad():
             if self.windows is None and not self.stash_weights:  # sequential, CSP: the plain loop's calls
-                layers, seed = self.layers, self.seed
+                layers, seed, cast = self.layers, self.seed, self.cast
                 for layer in layer_ids:
-                    state = layers[layer](state, LayerContext(seed, subnet, layer, recompute))
+                    with cast():
+                        state = layers[layer](state, LayerContext(seed, subnet, layer, recompute))
                 unit.outputs = (self._loss(subnet, state),) if self.is_last else state
                 return unit
             for layer in layer_ids:
@@ -223,10 +232,12 @@ class StageExecutor:
                 elif self.stash_weights:
                     weights = {n: p.detach().clone().requires_grad_() for n, p in _named_trainable(module)}
                 else:
-                    state = module(state, ctx)
+                    with self.cast():
+                        state = module(state, ctx)
                     continue
                 unit.weights[layer] = weights
-                state = functional_call(module, weights, (state, ctx))
+                with self.cast():
+                    state = functional_call(module, weights, (state, ctx))
             unit.outputs = (self._loss(subnet, state),) if self.is_last else state
         return unit
 
@@ -251,7 +262,8 @@ class StageExecutor:
         batch = self.batch(subnet)
         device = state[0].device
         batch = Batch(batch.inputs, tuple(t.to(device) for t in batch.targets))
-        return self.space.loss(state, batch)
+        with self.cast():
+            return self.space.loss(state, batch)
 
     def _ctx(self, subnet: int, layer: int, recompute: bool) -> LayerContext:
         return LayerContext(self.seed, subnet, layer, recompute)

@@ -307,7 +307,7 @@ def run_stage(place: Rank, job: Job, work_dir: Path, checkpoint: Path | None, in
     config = job.config
     numerics.check_loaded(config.numerics)  # a stage, forked or launched by torchrun/srun: its kernels are the run's
     device = pick_device(config, place.local_rank)
-    make_deterministic(config.threads, device)
+    make_deterministic(config.threads, device, config.precision)
     faults.install_from_env()
     if run is not None:
         rundir.prepare(run, checkpoint, manifest)

@@ -175,17 +175,19 @@ class MicroExecutor:
     def _call(self, unit: _Unit, ctx: LayerContext, state: State) -> State:
         """One layer; a windowed shared layer on the version its window gives the subnet, as leaves."""
         module, windows = self.base.layers[ctx.layer], self.base.windows
-        if windows is None or ctx.layer not in windows:
-            return module(state, ctx)
-        weights = {n: t.detach().requires_grad_() for n, t in windows.read(ctx.layer, ctx.subnet).items()}
-        unit.weights[ctx.layer] = weights
-        return functional_call(module, weights, (state, ctx))
+        with self.base.cast():  # the run's precision (bf16 autocast or nothing), per layer as the base executor
+            if windows is None or ctx.layer not in windows:
+                return module(state, ctx)
+            weights = {n: t.detach().requires_grad_() for n, t in windows.read(ctx.layer, ctx.subnet).items()}
+            unit.weights[ctx.layer] = weights
+            return functional_call(module, weights, (state, ctx))
 
     def _loss(self, subnet: int, micro: int, state: State) -> torch.Tensor:
         batch = self.part_batch(subnet, micro)
         scale = self._batches[subnet][1][micro]
         device = state[0].device
-        loss = self.base.space.loss(state, Batch(batch.inputs, tuple(t.to(device) for t in batch.targets)))
+        with self.base.cast():
+            loss = self.base.space.loss(state, Batch(batch.inputs, tuple(t.to(device) for t in batch.targets)))
         return loss if scale == 1.0 else loss * scale
 
     def _params(self, unit: _Unit) -> list[torch.Tensor]:

@@ -148,6 +148,7 @@ def compute_metrics(job: Job, reports: list[StageReport], wall_s: float, device:
         "stages": job.plan.num_stages,
         "partition": str(job.partition),
         "device": device,
+        "precision": config.precision,
         "subnets": trained,
         "wall_s": wall_s,
         "makespan_s": makespan,

@@ -27,9 +27,11 @@ from typing import cast
 import torch
 
 from naspipe import systems
+from naspipe.determinism import layer_precision
 from naspipe.runplan.job import Job
 from naspipe.runplan.rules import cache_budget, effective_recompute, prefetch_horizon
 from naspipe.runtime import checkpoint as ckpt
+from naspipe.runtime.build import build_stage
 from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.micro_stage import MicroStage
@@ -67,7 +69,7 @@ class StageWorker:
         self.is_last = self.policy.is_last  # decided once, by the policy (the stage of the loss)
         self.needs = systems.get(config.system)
         self.recompute = effective_recompute(config.system, config.recompute)
-        self.layers = {lid: job.space.build_layer(lid, config.seed).to(device) for lid in job.stage_layer_ids(stage)}
+        self.layers = {lid: module.to(device) for lid, module in build_stage(job, stage).items()}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
         self.windows = self._make_windows()
         start = ckpt.restore(resume, self.layers, self.optimizers, self.windows) if resume is not None else 0
@@ -79,7 +81,8 @@ class StageWorker:
         self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
                                       self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
                                       stash_gradients=self.needs.stash_gradients,
-                                      stash_weights=self.needs.stash_weights, windows=self.windows)
+                                      stash_weights=self.needs.stash_weights, windows=self.windows,
+                                      precision=layer_precision(config.precision, device))
         self.micro = MicroStage(self) if job.policy_options.micro_batched else None
         self.policy.resume_at(start)
         self.mirror_bytes = self.relay_bytes = 0

@@ -29,15 +29,22 @@ host they are as large as the kernels (``benchmarks/bench_sim.py --fit`` measure
   only while the receiver neither computes nor sends (taking a message in needs the receiving
   process, :meth:`naspipe.sim.engine._Engine._blocking_send`). Without it,
   sends overlap compute on a communication stream and the link serialises them.
+
+``flops`` is the peak of each precision the runtime offers (config key ``precision``,
+:mod:`naspipe.precision`): a number is fp32's alone (TF32 off), a mapping names each precision the
+hardware runs, fp32 first (``{fp32: 67.0e+12, tf32: 494.0e+12, bf16: 989.0e+12}`` on an H100). A
+simulated run prices its compute at its own precision's rate (:meth:`Hardware.at_precision`); analytic
+costs at a precision the spec does not list are refused, naming the spec and what it lists.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from naspipe import precision as precisions
 from naspipe.errors import UsageError
 from naspipe.yamlio import read_yaml
 
@@ -71,10 +78,35 @@ class Hardware:
     blocking_send: bool  # a send holds the sender (gloo on CPU); else it overlaps compute
     send_overhead_s: float  # blocking sends: the hold when the receiver is idle, beyond bytes / bandwidth
     receiver_busy_s: float  # blocking sends: the most a computing receiver adds to the hold
+    other_flops: tuple[tuple[str, float], ...] = ()  # peaks of the other precisions (``flops`` as a mapping)
+    precision: str = "fp32"  # the precision priced (:meth:`at_precision`; not a spec key)
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak FLOP/s at the priced precision; a UsageError if the spec lists none for it."""
+        if self.precision == "fp32":
+            return self.flops
+        rates = dict(self.other_flops)
+        if self.precision not in rates:
+            raise UsageError(f"hardware {self.name}: no FLOP/s for precision {self.precision!r} (its key 'flops' "
+                             f"lists {', '.join(['fp32', *rates])})")
+        return rates[self.precision]
 
     @property
     def effective_flops(self) -> float:
-        return self.flops * self.compute_efficiency
+        return self.peak_flops * self.compute_efficiency
+
+    def at_precision(self, name: str) -> Hardware:
+        """This machine pricing compute at precision ``name`` (checked when a rate is read)."""
+        precisions.get(name)
+        return self if name == self.precision else replace(self, precision=name)
+
+    def spec(self) -> dict[str, Any]:
+        """The spec's keys and values as its YAML writes them (``flops`` a mapping when it lists several)."""
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _DERIVED}
+        if self.other_flops:
+            values["flops"] = {"fp32": self.flops, **dict(self.other_flops)}
+        return values
 
     @property
     def usable_device_memory(self) -> float:
@@ -100,6 +132,7 @@ class Hardware:
         return self.send_overhead_s + nbytes / bandwidth + min(self.receiver_busy_s, max(receiver_busy_for, 0.0))
 
 
+_DERIVED = {"other_flops", "precision"}  # fields that are no spec key
 _INTS = {"gpus_per_host", "hosts"}
 _FRACTIONS = {"compute_efficiency"}
 _NON_NEGATIVE = {"device_reserved", "intra_host_latency", "network_latency", "task_overhead_s", "update_overhead_s",
@@ -126,7 +159,7 @@ def load_hardware(spec: str) -> Hardware:
 def parse_hardware(data: Any, where: str) -> Hardware:
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a hardware spec must be a mapping of keys")
-    names = [f.name for f in fields(Hardware)]
+    names = [f.name for f in fields(Hardware) if f.name not in _DERIVED]
     for key in data:
         if key not in names:
             raise UsageError(f"{where}: unknown key {key!r}; keys are {', '.join(names)}")
@@ -134,11 +167,26 @@ def parse_hardware(data: Any, where: str) -> Hardware:
     for key in names:
         if key not in data:
             raise UsageError(f"{where}: missing key {key!r}")
+        if key == "flops" and isinstance(data[key], dict):
+            values["flops"], values["other_flops"] = _precision_flops(where, data[key])
+            continue
         values[key] = _check(where, key, data[key])
     if values["device_reserved"] >= values["device_memory"]:
         raise UsageError(f"{where}: key 'device_reserved' ({values['device_reserved']!r}) must be below "
                          f"'device_memory' ({values['device_memory']!r}): no memory would be left to use")
     return Hardware(**values)
+
+
+def _precision_flops(where: str, rates: dict[Any, Any]) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """``flops`` as a mapping: fp32's peak and the others', each a number > 0 under a known precision."""
+    for name in rates:
+        if name not in precisions.NAMES:
+            raise UsageError(f"{where}: key 'flops': unknown precision {name!r}; precisions are "
+                             f"{', '.join(precisions.NAMES)}")
+    if "fp32" not in rates:
+        raise UsageError(f"{where}: key 'flops' must give fp32's peak (every run can be asked for fp32)")
+    checked = {name: _check(where, f"flops.{name}", rate) for name, rate in rates.items()}
+    return checked.pop("fp32"), tuple((name, checked[name]) for name in precisions.NAMES if name in checked)
 
 
 def _check(where: str, key: str, value: Any) -> Any:

@@ -9,6 +9,11 @@ Activation bytes kept for the backward without recomputation are an estimate: a 
 of the layer's output (pre-norm input, the op's intermediates, dropout masks, residual):
 8x for an encoder block, 14x for a decoder block (it adds cross-attention), 4x for an
 image block, 2x for a shared layer.
+
+At a precision that computes in fewer bytes (bf16, :mod:`naspipe.precision`) the kept activations
+shrink with it, and so does what crosses a stage boundary where the runtime's state is in that
+dtype: every state of the image and toy spaces, the NLP logits. The NLP blocks' state stays float32
+(each block adds its bf16 output to a float32 residual stream), as the runtime sends it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from naspipe.precision import activation_scale
 from naspipe.sim.costs import FLOAT_BYTES, LayerInfo
 from naspipe.space.cv_shape import CvShape
 from naspipe.space.nlp_shape import NlpShape
@@ -24,29 +30,37 @@ if TYPE_CHECKING:
     from naspipe.space.shape import SpaceShape
 
 
-def layer_infos(space: SpaceShape) -> list[LayerInfo]:
+def layer_infos(space: SpaceShape, precision: str = "fp32") -> list[LayerInfo]:
+    """Every layer's sizes, its activations in ``precision``'s bytes."""
+    scale = activation_scale(precision)
     if isinstance(space, NlpShape):
-        return [_nlp(space, lid) for lid in range(space.structure.num_layers)]
+        return [_nlp(space, lid, scale) for lid in range(space.structure.num_layers)]
     if isinstance(space, CvShape):
-        return [_cv(space, lid) for lid in range(space.structure.num_layers)]
-    return [_generic(space, lid) for lid in range(space.structure.num_layers)]
+        infos = [_cv(space, lid) for lid in range(space.structure.num_layers)]
+    else:
+        infos = [_generic(space, lid) for lid in range(space.structure.num_layers)]
+    return infos if scale == 1.0 else [_scaled(i, scale) for i in infos]
+
+
+def _scaled(info: LayerInfo, scale: float) -> LayerInfo:
+    return LayerInfo(info.params, info.macs, info.out_bytes * scale, info.act_bytes * scale)
 
 
 def _macs(space: SpaceShape, layer: int) -> float:
     return max(space.layer_cost(layer) - 1.0, 0.0) / int(space.options.get("batch_size", 1))
 
 
-def _nlp(space: NlpShape, layer: int) -> LayerInfo:
+def _nlp(space: NlpShape, layer: int, scale: float) -> LayerInfo:
     o = space.options
     state = 2.0 * o["seq_len"] * o["dim"] * FLOAT_BYTES + o["seq_len"] * 8  # enc, dec, src tokens
     op = space.structure.op_name(layer)
     params = space.layer_tensors(layer)[0]
     macs = _macs(space, layer)
     if op == "output":
-        logits = float(o["seq_len"] * o["vocab"] * FLOAT_BYTES)
+        logits = float(o["seq_len"] * o["vocab"] * FLOAT_BYTES) * scale
         return LayerInfo(params, macs, logits, 2.0 * logits)
     factor = 2.0 if op == "embedding" else (8.0 if op.startswith("enc.") else 14.0)
-    return LayerInfo(params, macs, state, factor * state / 2)
+    return LayerInfo(params, macs, state, factor * state / 2 * scale)
 
 
 def _cv(space: CvShape, layer: int) -> LayerInfo:

@@ -31,7 +31,8 @@ def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_b
     """The simulated run of ``config`` on ``hardware``; ``partition_by``: 'config' partitions as ``train`` would,
     'costs' by the simulated layers' compute (a ``partition_file`` still wins). Partitions once."""
     space = build_shape(config)
-    infos = layer_infos(space)
+    hardware = hardware.at_precision(config.precision)
+    infos = layer_infos(space, config.precision)
     batch = int(space.options.get("batch_size", 1))
     costs = make_costs(costs_spec, space, infos, hardware, batch, config.optimizer.state_slots)
     seconds = None
