@@ -5,7 +5,8 @@ Reads ``results/sim/HARDWARE/SPACE/SYSTEM/D{stages}/metrics.json`` (what
 per hardware spec: throughput of the paper's csp, csp-mb (this NASPipe: micro-batched subnets, a
 split backward, critical-path priorities), gpipe and vpipe at each stage count. Then the checks:
 every csp-mb run fits; at 8 and 16 stages csp-mb beats the better of gpipe and vpipe (of those that
-fit: ``*`` marks a run that does not) in every (hardware, space) cell, with the margin; csp-mb's throughput at the largest stage count over the
+fit: ``*`` marks a run that does not) in every (hardware, space) cell, with the margin; csp-mb's
+throughput at the largest stage count over the
 smallest, per space (target on nlp.c1, h100-nvlink-ib: 2.5x). Exit status 1 when a check fails.
 
     python benchmarks/scaling_table.py [--results results] [--json FILE]

@@ -16,7 +16,8 @@ def write_tree(root: Path) -> Path:
     tables = root / "tables"
     tables.mkdir(parents=True)
     pd.DataFrame([
-        {"hardware": "rtx2080ti-pcie3-40gbe", "space": "nlp.c1", "system": s, "stages": 8, "batch": b, "fits": True, "host_gb": h,
+        {"hardware": "rtx2080ti-pcie3-40gbe", "space": "nlp.c1", "system": s, "stages": 8, "batch": b, "fits": True,
+         "host_gb": h,
          "exec_s": e, "bubble_ratio": bub, "cache_hit_rate": c, "throughput_samples_s": t,
          "throughput_vs_gpipe": t / 40.0}
         for s, b, h, e, bub, c, t in [("csp", 192, 57.0, 1.2, 0.72, 0.88, 16.0),

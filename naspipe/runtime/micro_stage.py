@@ -159,8 +159,8 @@ class MicroStage:
 
     def _cache_out(self, task: MicroTask) -> None:
         """Unpin the task's layers, except what the subnet's update still needs: from its first backward
-        (without recomputation, on the last stage too, its first forward) to its update, as for m = 1. The gradients are counted
-        once, when part 0's first land."""
+        (without recomputation, on the last stage too, its first forward) to its update, as for m = 1. The
+        gradients are counted once, when part 0's first land."""
         worker, context = self.worker, self.worker.context
         assert context is not None
         if task.kind is UPDATE:
