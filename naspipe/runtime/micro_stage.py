@@ -54,6 +54,7 @@ class StageWorker(Protocol):
     _end: int
 
     def _sync(self) -> None: ...
+    def backward_spans(self, label: str, y: int, start: float, end: float, recompute_s: float) -> None: ...
     def _send(self, dst: int, message: Message) -> None: ...
     def _completed(self, task: Task | MicroTask) -> None: ...
     def _cache_out(self, task: Task) -> None: ...
@@ -131,11 +132,7 @@ class MicroStage:
         if not self.split:
             self._summed(task, layers)
         worker._sync()
-        end = worker.recorder.now()
-        recompute = min(self.executor.last_recompute_s, end - start)
-        if recompute > 0:
-            worker.recorder.span("recompute", f"R{y}.{j}", start, start + recompute, y)
-        worker.recorder.span("backward", f"B{y}.{j}", start + recompute, end, y)
+        worker.backward_spans(f"{y}.{j}", y, start, worker.recorder.now(), self.executor.last_recompute_s)
         if worker.stage > 0:
             worker._send(worker.stage - 1, Message("B", y, grads_in, j))
 

@@ -263,13 +263,16 @@ class StageWorker:
         grads_in = self.executor.backward(y, layers, grads)
         self.recorder.touch(layers, y, "B")
         self._sync()
-        end = self.recorder.now()
-        recompute = min(self.executor.last_recompute_s, end - start)
-        if recompute > 0:
-            self.recorder.span("recompute", f"R{y}", start, start + recompute, y)
-        self.recorder.span("backward", f"B{y}", start + recompute, end, y)
+        self.backward_spans(f"{y}", y, start, self.recorder.now(), self.executor.last_recompute_s)
         if self.stage > 0:
             self._send(self.stage - 1, Message("B", y, grads_in))
+
+    def backward_spans(self, label: str, y: int, start: float, end: float, recompute_s: float) -> None:
+        """A backward's spans: the recompute its executor timed (``R<label>``), then the rest (``B<label>``)."""
+        recompute = min(recompute_s, end - start)
+        if recompute > 0:
+            self.recorder.span("recompute", f"R{label}", start, start + recompute, y)
+        self.recorder.span("backward", f"B{label}", start + recompute, end, y)
 
     def _send(self, dst: int, message: Message) -> None:
         """A send blocks until the neighbour takes the bytes: the stage waits, it does not compute,
