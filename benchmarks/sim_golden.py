@@ -105,12 +105,15 @@ def _main_grid() -> Iterator[Case]:
                                            cache, costs)
 
 
-def synthetic_profile(structure: Any) -> str:
-    """A fixed profile CSV of ``structure`` (one row per op and position, made-up but varied
-    milliseconds), so profile-priced runs are reproducible without measuring anything."""
+def synthetic_profile(shape: Any) -> str:
+    """A fixed profile CSV of the space ``shape`` (one row per op and position, made-up but varied
+    milliseconds), so profile-priced runs are reproducible without measuring anything. Its parameter
+    bytes are the layers' own (a profile is checked against the space it prices; the simulator reads
+    only the milliseconds)."""
     from naspipe.profile.costs import position_layer_ids, position_role
     from naspipe.profile.rows import ProfileRow, format_profile_csv
 
+    structure = shape.structure
     rows = []
     for position in range(structure.num_positions):
         for lid in position_layer_ids(structure, position):
@@ -118,8 +121,8 @@ def synthetic_profile(structure: Any) -> str:
             weight = 1 + int(hashlib.sha256(f"{op}@{position}".encode()).hexdigest()[:4], 16) % 17
             rows.append(ProfileRow(structure.name, op, position_role(structure, position), str(position), 1,
                                    "8x16x64:float32", "cpu", "synthetic", 1, True, 1, 0, 0.25 * weight,
-                                   0.75 * weight + 0.125 * (position % 3), 0.01 * weight, 4096 * weight,
-                                   2048 * weight))
+                                   0.75 * weight + 0.125 * (position % 3), 0.01 * weight,
+                                   4 * shape.layer_tensors(lid)[0], 2048 * weight))
     return format_profile_csv(rows)
 
 
@@ -127,7 +130,7 @@ def observables(case: Case, workdir: Path) -> dict[str, Any]:
     """Everything one configuration's simulation shows, as JSON-ready data."""
     from naspipe.commands.simulate import build_setup
     from naspipe.config import load_config
-    from naspipe.runplan.job import build_job
+    from naspipe.runplan.job import build_shape
     from naspipe.scheduling.policies import POLICIES
     from naspipe.sim.bound import longest_path
     from naspipe.sim.costs import with_weight_stash
@@ -142,7 +145,7 @@ def observables(case: Case, workdir: Path) -> dict[str, Any]:
         base = load_config(None, list(case.overrides), {})
         path = workdir / f"{case.space}.csv"
         if not path.exists():
-            path.write_text(synthetic_profile(build_job(base).space.structure))
+            path.write_text(synthetic_profile(build_shape(base)))
         costs_spec = str(path)
         sets.append(f"partition_costs={path}")
     config = load_config(None, sets, {"system": case.system, "stages": case.stages, "steps": case.subnets,

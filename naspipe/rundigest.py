@@ -122,7 +122,7 @@ def add_undigested_argument(parser: argparse.ArgumentParser) -> None:
     """``--undigested RUN``: the one way to accept a run without ``outputs.sha256`` (compare, reproducibility,
     report), named run by run so that a digest file deleted from a new run never switches the check off."""
     parser.add_argument("--undigested", nargs="+", action="extend", type=Path, default=[], metavar="DIR",
-                        help="runs made before naspipe recorded outputs.sha256: checked for consistency only")
+                        help="runs made before outputs.sha256 existed: checked for consistency only")
 
 
 def _named(run_dir: Path, runs: Collection[Path]) -> bool:

@@ -1,10 +1,11 @@
 """Step 8, published: does this run reproduce the published results bit for bit? Every training run and every
 untimed table against the digests the repository holds for this config (workflow/published/config.json, made
-under numerics: portable; docs/numerics.md). results/published.json is this run's own record: copied over the
+under numerics: portable; docs/numerics.md). published.json beside it is this run's own record: copied over the
 repository's file, it publishes this run."""
 
 import json
 import shlex
+from pathlib import Path
 
 
 rule published:
@@ -25,7 +26,7 @@ rule published:
         CONDA_ENV
     params:
         config=shlex.quote(json.dumps(config, sort_keys=True)),
-        results=results(),
+        results=lambda w, output: Path(output.json).parent,
     shell:
         "python -m naspipe published --results {params.results} --expected {input.expected} --config-json {params.config}"
         " --out {output.md} --json {output.json} > {log} 2>&1"
