@@ -34,7 +34,9 @@ shell.prefix(
 shell.suffix(jobclock.SUFFIX)
 CONDA_ENV = "../envs/naspipe.yaml"
 # the digests of the default config's published results (published.smk), beside the workflow
-PUBLISHED = os.path.relpath(Path(workflow.current_basedir).parent / "published" / "config.json")
+PUBLISHED = os.path.relpath(
+    Path(workflow.current_basedir).parent / "published" / "config.json"
+)
 
 SPACES = sorted(config["spaces"])
 CUDA = W.cuda
