@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from naspipe.rundigest import RECORDED, write_digests
 from naspipe.runtime.wire import Message, pack, unpack
 from tests.conftest import run_cli
 from tests.test_runtime_repro import SMALL, train
@@ -80,12 +81,13 @@ def test_compare_reports_the_first_diverging_step(tmp_path):
     a = train(tmp_path / "a", "csp", 1, 0, steps=5)
     b = tmp_path / "b"
     b.mkdir()
-    for name in ("layer_hashes.csv", "weights.sha256"):
+    for name in ("layer_hashes.csv", "weights.sha256", "metrics.json"):
         (b / name).write_text((a / name).read_text())
     rows = (a / "losses.csv").read_text().splitlines()
     subnet, choices, _, _ = rows[3].split(",")
     rows[3] = f"{subnet},{choices},{float.hex(1.5)},1.5"
     (b / "losses.csv").write_text("\n".join(rows) + "\n")
+    write_digests(b, [n for n in RECORDED if (b / n).is_file()])  # a sound run that trained differently
     result = run_cli("compare", str(a), str(b))
     assert result.returncode == 1 and "first diverging step: subnet 2" in result.stdout
     missing = run_cli("compare", str(a), str(tmp_path / "missing"))

@@ -42,6 +42,7 @@ PRIORITY: dict[str, int] = {
     "bubble_models": 1,
     "simulate": 0,
     "report": 0,
+    "published": 0,  # reads the report's tables: last
 }
 
 

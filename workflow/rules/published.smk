@@ -22,6 +22,7 @@ rule published:
         json=results("published.json"),
     log:
         logfile("published"),
+    priority: priority("published")
     conda:
         CONDA_ENV
     params:
