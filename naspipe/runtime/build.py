@@ -6,18 +6,21 @@ matter. Building is the random fills of torch's default initialisers, about 65 M
 one core: 80 s before nlp.c3's first step (5.4 B parameters), over 5 minutes for nlp.c0. When a
 stage's layers are large, worker processes (forked from a server that imported torch once) build
 them, each layer in its own worker call with the stage's intra-op threads and deterministic
-switches, and hand each back as the bytes of ``torch.save``: an exact copy, whatever the transport.
-Small stages (the tiny spaces, the tests) build here, as before: a worker pool costs more than it
-saves below :data:`PARALLEL_MIN_PARAMS`.
+switches, and save each with ``torch.save`` to a file in a private temporary directory, which this
+process maps (``torch.load(mmap=True)``, copy-on-write) and unlinks: the bytes are the built ones,
+and this process copies nothing (handing them over through a pipe cost it about 3 CPU s per GB,
+more than building them). Small stages (the tiny spaces, the tests) build here, as before: a worker
+pool costs more than it saves below :data:`PARALLEL_MIN_PARAMS`.
 """
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -46,10 +49,11 @@ def build_layers(space: SearchSpace, layer_ids: Iterable[int], seed: int, thread
         return {lid: space.build_layer(lid, seed) for lid in ids}
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["naspipe.runtime.build"])  # torch imported once (if no server runs yet)
-    with ProcessPoolExecutor(min(count, len(ids)), mp_context=context, initializer=_start_worker,
-                             initargs=(space, threads)) as pool:
-        blobs = pool.map(_build, ids, [seed] * len(ids))
-        return {lid: _load(blob) for lid, blob in zip(ids, blobs, strict=True)}
+    with tempfile.TemporaryDirectory(prefix="naspipe-build-") as directory, \
+            ProcessPoolExecutor(min(count, len(ids)), mp_context=context, initializer=_start_worker,
+                                initargs=(space, threads)) as pool:
+        paths = pool.map(_build, ids, [seed] * len(ids), [directory] * len(ids))
+        return {lid: _load(Path(path)) for lid, path in zip(ids, paths, strict=True)}
 
 
 def default_workers(threads: int = 1) -> int:
@@ -69,13 +73,15 @@ def _start_worker(space: SearchSpace, threads: int) -> None:
     _WORKER["space"] = space
 
 
-def _build(layer: int, seed: int) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(_WORKER["space"].build_layer(layer, seed), buffer)
-    return buffer.getvalue()
+def _build(layer: int, seed: int, directory: str) -> str:
+    path = os.path.join(directory, f"layer-{layer}.pt")
+    torch.save(_WORKER["space"].build_layer(layer, seed), path)
+    return path
 
 
-def _load(blob: bytes) -> SpaceLayer:
+def _load(path: Path) -> SpaceLayer:
+    """The layer a worker saved, mapped copy-on-write (training writes never reach the file), then unlinked."""
     # weights_only=False: a whole module, written a moment ago by this run's own build worker
-    module: SpaceLayer = torch.load(io.BytesIO(blob), weights_only=False)
+    module: SpaceLayer = torch.load(path, weights_only=False, mmap=True)
+    path.unlink()
     return module
