@@ -65,23 +65,29 @@ def test_train_builds_its_config_before_torch_loads() -> None:
 
 
 @needs_avx2
-def test_portable_runs_are_recorded_bitwise_across_stages_and_refuse_a_native_resume(tmp_path: Path) -> None:
+def test_portable_runs_are_recorded_and_bitwise_across_stages(tmp_path: Path) -> None:
     common = ["--space", "toy", "--steps", "8", "--set", "numerics=portable", "--set", "progress=off"]
-    ref = run_cli("train", *common, "--system", "sequential", "--out", str(tmp_path / "seq"))
+    ref = run_cli("train", *common, "--system", "sequential", "--out", str(tmp_path / "seq"), timeout=500)
     assert ref.returncode == 0, ref.stderr
-    csp = run_cli("train", *common, "--system", "csp", "--stages", "2", "--checkpoint-every", "4",
-                  "--out", str(tmp_path / "csp"))
+    csp = run_cli("train", *common, "--system", "csp", "--stages", "2", "--out", str(tmp_path / "csp"), timeout=500)
     assert csp.returncode == 0, csp.stderr
     metrics = json.loads((tmp_path / "csp" / "metrics.json").read_text())
     assert metrics["numerics"]["mode"] == "portable" and metrics["numerics"]["cpu_capability"] == "AVX2"
     assert metrics["numerics"]["pins"] == numerics.PORTABLE_ENV and metrics["config"]["numerics"] == "portable"
     for name in ("weights.sha256", "losses.csv"):  # the contract holds under portable kernels too
         assert (tmp_path / "seq" / name).read_bytes() == (tmp_path / "csp" / name).read_bytes()
-    native = run_cli("train", "--space", "toy", "--steps", "12", "--system", "csp", "--stages", "2",
-                     "--set", "progress=off", "--resume", str(tmp_path / "csp"), "--out", str(tmp_path / "more"))
+
+
+@needs_avx2
+def test_a_resume_under_the_other_mode_is_refused_in_one_line(tmp_path: Path) -> None:
+    first = run_cli("train", "--space", "toy", "--steps", "2", "--set", "numerics=portable", "--set", "progress=off",
+                    "--out", str(tmp_path / "run"), timeout=500)
+    assert first.returncode == 0, first.stderr
+    native = run_cli("train", "--space", "toy", "--steps", "4", "--set", "progress=off", "--resume",
+                     str(tmp_path / "run"), "--out", str(tmp_path / "more"), timeout=500)
     assert native.returncode == 2
     assert native.stderr.strip().splitlines() == [
-        f"naspipe: error: --resume {tmp_path / 'csp' / 'checkpoints' / 'step-00000008'}: the checkpoint was trained "
+        f"naspipe: error: --resume {tmp_path / 'run' / 'checkpoints' / 'step-00000002'}: the checkpoint was trained "
         "with numerics=portable, this run asks for numerics=native; resuming would mix two kernels' bits "
         "(set numerics=portable)"]
     assert not (tmp_path / "more").exists() and not (tmp_path / "more.partial").exists()
@@ -89,7 +95,7 @@ def test_portable_runs_are_recorded_bitwise_across_stages_and_refuse_a_native_re
 
 def test_native_is_the_train_default_and_recorded(tmp_path: Path) -> None:
     done = run_cli("train", "--space", "toy", "--steps", "2", "--set", "progress=off", "--out", str(tmp_path / "r"),
-                   env={"MKL_CBWR": "AVX2"})  # a stray pin is removed, not half-applied
+                   env={"MKL_CBWR": "AVX2"}, timeout=500)  # a stray pin is removed, not half-applied
     assert done.returncode == 0, done.stderr
     recorded = json.loads((tmp_path / "r" / "metrics.json").read_text())["numerics"]
     assert recorded["mode"] == "native" and recorded["pins"] == {}
