@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 
 from tests.conftest import run_cli
@@ -98,6 +99,7 @@ def test_bsp_resumes_only_at_its_own_bulk_size(tmp_path):
     assert_identical(full, tmp_path / "resumed")
 
 
+@pytest.mark.slow  # five PipeDream runs (~75 s); the bsp and csp resume contracts stay in the default suite
 def test_asp_resumes_only_with_its_own_pipeline_and_drain_points(tmp_path):
     """PipeDream's updates land as backwards finish: stages and drain points decide its numbers (issue 18.1)."""
     part = train(tmp_path / "part", "pipedream", 2, 0, "--checkpoint-every", "3", steps=6)
