@@ -14,6 +14,7 @@ import torch
 
 from naspipe import cli
 from naspipe.config import load_config
+from naspipe.context.cache import CacheCapacityError
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.micro import MicroExecutor, split_batch
@@ -25,7 +26,7 @@ from tests.baselines_harness import run_threads
 CPU = torch.device("cpu")
 TOY = ("space.blocks=6", "space.candidates=3", "space.dim=16", "space.seq_len=8")
 ADAM = ("optimizer.name=adam", "optimizer.lr=0.01")
-CACHE = ("cache.enabled=true", "cache.budget=3x", "cache.horizon=8")  # see docs/runtime.md: parts pin more
+CACHE = ("cache.enabled=true", "cache.budget=3x", "cache.horizon=8")
 PER_SUBNET = ("partition_mode=per-subnet",)
 
 
@@ -72,6 +73,17 @@ def test_csp_equals_sequential_with_parts(space: str, m: int, split: bool) -> No
         result = run("csp", stages, space, *settings, *extra, steps=steps)
         assert same(result, reference), (space, m, split, stages, extra)
     assert len(reference[0].splitlines()) == steps + 1
+
+
+def test_the_least_cache_budget_holds_a_long_run_and_less_is_refused_at_the_start() -> None:
+    """Parts of several subnets interleave on a stage; one subnet at a time holds its layers (one_holder),
+    so two shares are enough for every step (before that rule, 3x failed here mid-run) and less is refused."""
+    settings = ("micro_batches=4", "split_backward=true", "partition_mode=static")
+    least = ("cache.enabled=true", "cache.budget=2x", "cache.horizon=8")
+    reference = run("sequential", 1, "nlp.tiny", *settings, steps=24)
+    assert same(run("csp", 3, "nlp.tiny", *settings, *least, steps=24), reference)
+    with pytest.raises(CacheCapacityError, match="below two subnets' share of stage"):
+        run("csp", 3, "nlp.tiny", *settings, "cache.enabled=true", "cache.budget=1.5x", steps=24)
 
 
 @pytest.mark.slow

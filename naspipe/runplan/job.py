@@ -68,7 +68,8 @@ def policy_options(config: Config) -> PolicyOptions:
     """What the scheduling policies take from the config."""
     return PolicyOptions(max_inflight=config.inflight_limit, bulk_size=config.bulk,
                          shared_window=config.shared_window, micro_batches=config.micro_batches,
-                         split_backward=config.split_backward, priority=config.priority)
+                         split_backward=config.split_backward, priority=config.priority,
+                         one_holder=config.cache.enabled)
 
 
 def build_space(config: Config) -> SearchSpace:

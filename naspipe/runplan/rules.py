@@ -36,7 +36,7 @@ def prefetch_horizon(system: str, horizon: int) -> int:
 
 
 def cache_budget(plan: PipelinePlan, stage: int, subnets: int, sizes: Mapping[int, int], cache: CacheConfig,
-                 share: int | None = None) -> int:
+                 share: int | None = None, micro_batched: bool = False) -> int:
     """Stage ``stage``'s device cache in bytes: ``cache.budget`` as bytes, or ``Kx``: K times the largest share of
     the stage among the run's ``subnets`` (what its largest task needs; with per-subnet partitions the stage also
     holds layers it never runs, and a subnet's candidates are mostly smaller than the block's largest).
@@ -44,19 +44,24 @@ def cache_budget(plan: PipelinePlan, stage: int, subnets: int, sizes: Mapping[in
     A budget below one subnet's share is refused at the start (CacheCapacityError, a UsageError), not at the
     task that would not fit. ``sizes``: device bytes of each layer (parameters, gradients, optimizer state).
     ``share``: the stage's largest share when the caller has it (:func:`cache_budgets`).
+    ``micro_batched``: the run's schedule is in parts, where a stage keeps one subnet's layers from its first
+    backward part to its update while another subnet's parts run (``PolicyOptions.one_holder``): two shares.
     """
     share = max(1, plan.largest_share(stage, subnets, sizes) if share is None else share)
     budget = cache.budget_bytes(share)
-    if budget < share:
+    needed, whose = (2 * share, "two subnets' share") if micro_batched else (share, "one subnet's share")
+    if budget < needed:
         used = {lid for y in range(subnets) for lid in plan.stage_layers(y, stage)}
         big = max(used, key=lambda lid: sizes[lid])
+        why = "; a micro-batched stage holds one subnet's layers while another's parts run" if micro_batched else ""
         raise CacheCapacityError(
-            f"config key 'cache.budget': {budget} bytes is below one subnet's share of stage {stage} "
-            f"({share} bytes; largest: layer {big}, {sizes[big]} bytes)")
+            f"config key 'cache.budget': {budget} bytes is below {whose} of stage {stage} "
+            f"({needed} bytes; largest: layer {big}, {sizes[big]} bytes{why})")
     return budget
 
 
-def cache_budgets(plan: PipelinePlan, subnets: int, sizes: Mapping[int, int], cache: CacheConfig) -> list[int]:
+def cache_budgets(plan: PipelinePlan, subnets: int, sizes: Mapping[int, int], cache: CacheConfig,
+                  micro_batched: bool = False) -> list[int]:
     """:func:`cache_budget` of every stage (the simulator sizes all stages at once).
 
     The largest shares in one pass over the subnets, each subnet's stages together: a pass per stage
@@ -68,4 +73,4 @@ def cache_budgets(plan: PipelinePlan, subnets: int, sizes: Mapping[int, int], ca
             here = sum([sizes[lid] for lid in plan.stage_layers(y, k)])
             if here > share:
                 shares[k] = here
-    return [cache_budget(plan, k, subnets, sizes, cache, shares[k]) for k in range(plan.num_stages)]
+    return [cache_budget(plan, k, subnets, sizes, cache, shares[k], micro_batched) for k in range(plan.num_stages)]

@@ -135,7 +135,8 @@ class StageWorker:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
         config = self.job.config
         sizes = {lid: layer_bytes(module, config.optimizer) for lid, module in self.layers.items()}
-        budget = cache_budget(self.job.plan, self.stage, self.steps, sizes, config.cache)
+        budget = cache_budget(self.job.plan, self.stage, self.steps, sizes, config.cache,
+                              micro_batched=self.job.policy_options.micro_batched)
         return ContextManager(self.layers, self.optimizers, self.device, budget, sizes)
 
     def _make_windows(self) -> SharedWindows | None:

@@ -64,7 +64,8 @@ def cache_budgets(setup: SimSetup) -> list[int]:
     """Each stage's device cache in bytes, by the run plan's rule (the runtime's worker applies the same one),
     with each layer's bytes from the cost model's shapes."""
     assert setup.cache is not None
-    return rules.cache_budgets(setup.plan, setup.subnets, cache_sizes(setup.costs, setup.plan.structure), setup.cache)
+    return rules.cache_budgets(setup.plan, setup.subnets, cache_sizes(setup.costs, setup.plan.structure), setup.cache,
+                               setup.options.micro_batched)
 
 
 def residency_for(setup: SimSetup, budgets: list[int] | None = None) -> ResidencyFactory:

@@ -41,6 +41,9 @@ class PolicyOptions:
     backward split into input-gradient and weight-gradient tasks, and how a stage orders its
     ready tasks (``critical``: what a later subnet waits for first; ``fifo``: update, weight,
     backward, forward). ``micro_batches`` 1 without a split is the paper's schedule.
+    ``one_holder``: a micro-batched stage lets one subnet at a time keep its layers from its first
+    backward part (the last stage, which keeps its forward state: its first forward part) to its
+    update, as the context manager pins them (on with the cache; see ``MicroCSP``).
     """
 
     max_inflight: int = 4
@@ -49,6 +52,7 @@ class PolicyOptions:
     micro_batches: int = 1
     split_backward: bool = False
     priority: str = "critical"
+    one_holder: bool = False
 
     @property
     def micro_batched(self) -> bool:

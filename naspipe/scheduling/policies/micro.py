@@ -32,6 +32,12 @@ Scheduling on a stage (tasks are :class:`~naspipe.scheduling.task.MicroTask`):
   the remaining weight tasks and updates, which fill idle time. ``fifo``: update, weight,
   backward, forward, as CSP orders them. Either way at most ``m`` weight tasks wait: each
   keeps its part's activations alive (the memory model counts them).
+- ``one_holder`` (on with the context manager, which keeps a subnet's layers on the device from its
+  first backward part here, on the last stage its first forward part, to its update): a task that
+  would start a second such hold waits for the holder's update. So a stage's cache holds at most the
+  holder's layers and one running task's, and the budget checked at the start (two shares) is
+  enough for the whole run. It cannot deadlock: a subnet holding here holds on every later stage it
+  has reached, so none of its own tasks ever waits for this rule.
 
 Registration, the version table, mirrors (per-subnet partitions) and windowed shared layers
 are CSP's own, unchanged: a subnet registers when its first part arrives, writes at its update.
@@ -40,7 +46,7 @@ are CSP's own, unchanged: a subnet registers when its first part arrives, writes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions
@@ -73,6 +79,8 @@ class MicroCSP(CSP):
         self._awaiting_parts: dict[Part, None] = {}  # forwards done here, gradient not back yet, in order
         # the predictor's last plan: (horizon, the running subnet-level task and the answer after it) (micro_predictor)
         self.last_prediction: tuple[int, list[Task]] | None = None
+        self._one_holder = options.one_holder
+        self._holder: int | None = None  # (one_holder) the subnet between its first hold and its update here
 
     def clone(self) -> MicroCSP:
         other = super().clone()
@@ -131,6 +139,8 @@ class MicroCSP(CSP):
         elif kind is WEIGHT:
             self._part_done(subnet)
         else:  # the update: CSP's writes, mirrors and window
+            if self._holder == subnet:
+                self._holder = None
             del self._parts_done[subnet]
             self._write(subnet)
             self.finished += 1
@@ -157,23 +167,62 @@ class MicroCSP(CSP):
             if self._idle_w:
                 y, j = heappop(self._idle_w)
                 return MicroTask(WEIGHT, y, stage, j)
-        if self._ready_parts_b:
-            y, j = heappop(self._ready_parts_b)
-            return MicroTask(BACKWARD, y, stage, j)
-        if self._ready_f:
-            y = self._ready_f[0]
-            pending = self._pending_f[y]
-            j = pending.pop(0)
-            if not pending:
-                heappop(self._ready_f)
-                del self._pending_f[y]
-            return MicroTask(FORWARD, y, stage, j)
+        part = self._take_backward()
+        if part is not None:
+            return MicroTask(BACKWARD, part[0], stage, part[1])
+        part = self._take_forward()
+        if part is not None:
+            return MicroTask(FORWARD, part[0], stage, part[1])
         if self._idle_w:  # nobody waits for them: they fill idle time
             y, j = heappop(self._idle_w)
             return MicroTask(WEIGHT, y, stage, j)
         if self._ready_u:
             return MicroTask(UPDATE, heappop(self._ready_u), stage)
         return None
+
+    def _take_backward(self) -> Part | None:
+        """The next backward part: the lowest ready one; with ``one_holder``, the holder's (or none)."""
+        heap, holder = self._ready_parts_b, self._holder
+        if not heap:
+            return None
+        if not self._one_holder or holder is None or heap[0][0] == holder:
+            part = heappop(heap)
+            self._hold(part[0])
+            return part
+        mine = [p for p in heap if p[0] == holder]
+        if not mine:
+            return None  # another subnet's backward would start a second hold: after the holder's update
+        heap.remove(min(mine))
+        heapify(heap)
+        return min(mine)
+
+    def _take_forward(self) -> Part | None:
+        """The next forward part: the lowest ready subnet's next part. With ``one_holder`` on the last stage
+        (which keeps its forward state for the backward: a forward starts the hold), the holder's or none."""
+        ready = self._ready_f
+        if not ready:
+            return None
+        y = ready[0]
+        if self._one_holder and self.is_last and self._holder is not None and y != self._holder:
+            if self._holder not in ready:
+                return None
+            y = self._holder
+        pending = self._pending_f[y]
+        j = pending.pop(0)
+        if not pending:
+            if y == ready[0]:
+                heappop(ready)
+            else:
+                ready.remove(y)
+                heapify(ready)
+            del self._pending_f[y]
+        if self.is_last:
+            self._hold(y)
+        return y, j
+
+    def _hold(self, subnet: int) -> None:
+        if self._one_holder:
+            self._holder = subnet
 
     def _is_needed(self, subnet: int) -> bool:
         """Whether a later subnet within the in-flight window uses one of ``subnet``'s layers here (its
