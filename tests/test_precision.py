@@ -49,19 +49,9 @@ def csp_grid(tmp_path: Path, space: str, prec: str, stages: tuple[int, ...], *ex
     assert_identical(reference, *runs)
 
 
-def _bf16_grid() -> list[typing.Any]:
-    """Every (space, optimizer) at bf16 (tf32 as TF32 says); the default suite keeps one diagonal, nlp.tiny with
-    SGD and cv.tiny with Adam, and ``-m slow`` the other two (each cell trains four runs: the suite's time)."""
-    cells = []
-    for space in SPACES:
-        for optimizer in ("sgd", "adam"):
-            diagonal = (space, optimizer) in {("nlp.tiny", "sgd"), ("cv.tiny", "adam")}
-            cells.append(pytest.param(space, optimizer, "bf16", marks=() if diagonal else pytest.mark.slow))
-            cells.append(pytest.param(space, optimizer, TF32.values[0], marks=TF32.marks))
-    return cells
-
-
-@pytest.mark.parametrize(("space", "optimizer", "prec"), _bf16_grid())
+@pytest.mark.parametrize("prec", ["bf16", TF32])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("space", SPACES)
 def test_csp_with_the_cache_is_bitwise_sequential_at_the_same_precision(tmp_path, space, optimizer, prec):
     csp_grid(tmp_path, space, prec, (1, 2, 3), *(ADAM if optimizer == "adam" else ()))
 

@@ -176,6 +176,9 @@ def _flags(argv: list[str]) -> dict[str, str]:
     return flags
 
 
+# slow: three training jobs through the fake sbatch (~50 s); the dry-run resource checks of tests/test_cluster_plan.py
+# stay in the default suite, and make test-cluster submits to a real SLURM cluster
+@pytest.mark.slow
 def test_slurm_profile_submits_the_configured_resources(tmp_path: Path) -> None:
     state = tmp_path / "fake"
     state.mkdir()
