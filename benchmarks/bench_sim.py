@@ -335,7 +335,10 @@ def fit_constants(args: argparse.Namespace, hardware: Hardware, profiles: dict[b
     bare = replace(hardware, **{k: 0.0 for k in FITTED})
     extra: dict[str, list[float]] = defaultdict(list)
     stashing: list[tuple[float, int]] = []  # PipeDream: (span beyond kernels and clone bytes, layers)
-    for system, run_dirs in dirs.items():
+    # fitted on the subnet-level schedules only: a micro-batched one (SYSTEM:mN[s]) is then predicted with
+    # the constants, a check of the part model and not a fit to it
+    plain = {system: run_dirs for system, run_dirs in dirs.items() if ":" not in system}
+    for system, run_dirs in plain.items():
         config = run_config(system, args, profiles[True])
         recompute = effective_recompute(system, config.recompute)
         costs = build_setup(config, bare, str(profiles[recompute])).costs
