@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -279,18 +279,14 @@ def stop_group(launcher: subprocess.Popen[str]) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def test_the_forkserver_killed_while_the_stages_start_is_one_line_and_the_rerun_is_bitwise(tmp_path, short_tmp):
-    """The forkserver is killed as soon as it exists (it is still importing torch, before it has forked a
-    stage): one line, exit 1, every process gone, no DIR.partial left; the plain rerun is bitwise.
-    Before: a 39-line EOFError traceback and a DIR.partial without a checkpoint that refused the rerun."""
-    out = tmp_path / "run"
-    launcher = start_long_run(out, short_tmp / "tmp")
+def interrupted_in_one_line(out: Path, tmp: Path, ready: Callable[[subprocess.Popen[str]], bool], what: str,
+                            interrupt: Callable[[subprocess.Popen[str]], None]) -> str:
+    """Start the long run, wait until ``ready`` (``what``), ``interrupt`` it: the run must stop with exit 1 and
+    one line (no traceback) and leave no process behind. That line."""
+    launcher = start_long_run(out, tmp)
     try:
-        wait_until(lambda: forkservers(launcher.pid) or launcher.poll() is not None, 120, "the forkserver")
-        servers = forkservers(launcher.pid)
-        assert servers, launcher.communicate(timeout=120)[1]
-        for pid in servers:
-            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: ready(launcher), 120, what)
+        interrupt(launcher)
         _, stderr = launcher.communicate(timeout=120)
         wait_until(partial(group_gone, launcher.pid), 60, "every process of the run to exit")
     finally:
@@ -298,7 +294,27 @@ def test_the_forkserver_killed_while_the_stages_start_is_one_line_and_the_rerun_
     lines = stderr.strip().splitlines()
     assert launcher.returncode == 1, stderr
     assert "Traceback" not in stderr and len(lines) == 1, stderr
-    assert lines[0].startswith("naspipe: error: the multiprocessing forkserver"), stderr
+    return lines[0]
+
+
+def forkserver_started(launcher: subprocess.Popen[str]) -> bool:
+    return bool(forkservers(launcher.pid)) or launcher.poll() is not None
+
+
+def kill_the_forkserver(launcher: subprocess.Popen[str]) -> None:
+    servers = forkservers(launcher.pid)
+    assert servers, launcher.communicate(timeout=120)[1]
+    for pid in servers:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_the_forkserver_killed_while_the_stages_start_is_one_line_and_the_rerun_is_bitwise(tmp_path, short_tmp):
+    """The forkserver is killed as soon as it exists (it is still importing torch, before it has forked a
+    stage): one line, exit 1, every process gone, no DIR.partial left; the plain rerun is bitwise.
+    Before: a 39-line EOFError traceback and a DIR.partial without a checkpoint that refused the rerun."""
+    out = tmp_path / "run"
+    line = interrupted_in_one_line(out, short_tmp / "tmp", forkserver_started, "the forkserver", kill_the_forkserver)
+    assert line.startswith("naspipe: error: the multiprocessing forkserver"), line
     assert not out.exists() and not out.with_name("run.partial").exists()
     assert_reruns_bitwise(out, tmp_path)
 
@@ -311,19 +327,13 @@ def test_a_dir_partial_removed_while_training_stops_in_one_line_and_is_never_rec
     with an incomplete checkpoint, which refused the rerun."""
     out = tmp_path / "run"
     work, moved = out.with_name("run.partial"), tmp_path / "moved"
-    launcher = start_long_run(out, short_tmp / "tmp")
-    try:
-        wait_until(partial(checkpointed_or_ended, out, launcher), 120, "a checkpoint")
+
+    def move_it(launcher: subprocess.Popen[str]) -> None:
         assert launcher.poll() is None, launcher.communicate()[1]
         os.rename(work, moved)
-        _, stderr = launcher.communicate(timeout=120)
-        wait_until(partial(group_gone, launcher.pid), 60, "every process of the run to exit")
-    finally:
-        stop_group(launcher)
-    lines = stderr.strip().splitlines()
-    assert launcher.returncode == 1, stderr
-    assert "Traceback" not in stderr and len(lines) == 1, stderr
-    assert f"{work} was removed or renamed while the run trained" in lines[0], stderr
+
+    line = interrupted_in_one_line(out, short_tmp / "tmp", partial(checkpointed_or_ended, out), "a checkpoint", move_it)
+    assert f"{work} was removed or renamed while the run trained" in line, line
     assert not work.exists() and not out.exists()
     if how == "removed":
         shutil.rmtree(moved)
