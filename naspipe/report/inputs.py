@@ -76,8 +76,8 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
 def _read_simulated(path: Path, undigested: Collection[Path]) -> RunInfo:
     """A ``naspipe simulate`` run; a trained run given as simulated is named as such before it is verified
     (a trained run must carry digests a simulated one need not, and that error would hide the real mix-up)."""
-    metrics = read_json_object(path / "metrics.json", f"{path / 'metrics.json'}") if path.is_dir() else {}
-    if path.is_dir() and metrics.get("simulated") is not True:
+    metrics = path / "metrics.json"
+    if path.is_dir() and read_json_object(metrics, str(metrics)).get("simulated") is not True:
         raise UsageError(f"--simulated {path}: not a 'naspipe simulate' run (metrics.json lacks simulated)")
     return read_run_info(path, undigested)
 

@@ -189,12 +189,12 @@ class MicroCSP(CSP):
             part = heappop(heap)
             self._hold(part[0])
             return part
-        mine = [p for p in heap if p[0] == holder]
-        if not mine:
+        mine = min((p for p in heap if p[0] == holder), default=None)
+        if mine is None:
             return None  # another subnet's backward would start a second hold: after the holder's update
-        heap.remove(min(mine))
+        heap.remove(mine)
         heapify(heap)
-        return min(mine)
+        return mine
 
     def _take_forward(self) -> Part | None:
         """The next forward part: the lowest ready subnet's next part. With ``one_holder`` on the last stage
