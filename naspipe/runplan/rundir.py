@@ -21,6 +21,8 @@ trains (removed or renamed) stops with :class:`RunDirGone` and never re-creates 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,19 @@ def check_still_there(work: Path) -> None:
     """Raise :class:`RunDirGone` unless ``work`` is still a directory; called before a stage writes by path."""
     if not work.is_dir():
         raise RunDirGone(work)
+
+
+@contextmanager
+def stops_if_removed(work: Path) -> Iterator[None]:
+    """Around a stage's work: a write by path that raced the removal or rename of ``work`` (there at
+    :func:`check_still_there`, gone at the write) fails with ``FileNotFoundError``; it is the same event, so
+    it stops the stage with the same :class:`RunDirGone`."""
+    try:
+        yield
+    except FileNotFoundError:
+        if work.is_dir():
+            raise
+        raise RunDirGone(work) from None
 
 
 def has_checkpoint(run: Path) -> bool:

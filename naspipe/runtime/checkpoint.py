@@ -79,7 +79,8 @@ def save_stage(directory: Path, stage: int, layers: dict[int, dict[str, torch.Te
     raises ``OSError(ENOSPC)``, the one line every full disk gets.
     """
     check_still_there(directory.parent.parent)  # never re-create a removed DIR.partial with a partial checkpoint
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.parent.mkdir(exist_ok=True)  # (not parents=True: a DIR.partial gone since the check stays gone)
+    directory.mkdir(exist_ok=True)
     for layer, state in layers.items():
         shard = {"params": {k: v.detach().cpu() for k, v in state.items()}, "optimizer": optimizers.get(layer)}
         buffer = io.BytesIO()

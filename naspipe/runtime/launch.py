@@ -41,7 +41,7 @@ from naspipe.errors import UsageError
 from naspipe.fsutil import no_space
 from naspipe.runplan import runlock
 from naspipe.runplan.job import Job, build_job, build_space, check_bulk_boundary
-from naspipe.runplan.rundir import RunDir, RunDirGone
+from naspipe.runplan.rundir import RunDir, RunDirGone, stops_if_removed
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime import faults, lifecycle, memory, rundir
 from naspipe.runtime.micro import check_parts
@@ -318,7 +318,8 @@ def run_stage(place: Rank, job: Job, work_dir: Path, checkpoint: Path | None, in
                                 timeout=timedelta(seconds=config.timeout_s))
         control = dist.new_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
     try:
-        return _run_worker(place, job, device, work_dir, checkpoint, control)
+        with stops_if_removed(work_dir):
+            return _run_worker(place, job, device, work_dir, checkpoint, control)
     finally:
         if place.world > 1:
             dist.destroy_process_group()
