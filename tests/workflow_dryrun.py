@@ -69,6 +69,18 @@ def parse_jobs(stdout: str) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: json.dumps(j, sort_keys=True))
 
 
+def machine_free(text: str, root: Path, workdir: Path) -> str:
+    """``text`` with the repository's place on this machine written ``<repo>``.
+
+    A job that reads a file of the repository (the published digests) names it by a path from the workdir,
+    which climbs to wherever the checkout lies: ``../../work/main/...`` here, ``../../check/work/main/...``
+    on CI. The plan is the same; only the machine differs.
+    """
+    root = root.resolve()
+    text = text.replace(os.path.relpath(root, workdir.resolve()), "<repo>")  # first: it may hold the other
+    return text.replace(str(root), "<repo>")
+
+
 def dry_run(snakefile: Path, config_file: Path, workdir: Path, *extra: str) -> dict[str, Any]:
     """The planned jobs and the count per rule of one dry run (raises with snakemake's stderr on failure)."""
     bin_dir, root = Path(sys.executable).parent, snakefile.resolve().parent
@@ -81,7 +93,7 @@ def dry_run(snakefile: Path, config_file: Path, workdir: Path, *extra: str) -> d
         cwd=root, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
-    jobs = parse_jobs(done.stdout)
+    jobs = parse_jobs(machine_free(done.stdout, root, workdir))
     return {"counts": dict(sorted(Counter(j["rule"] for j in jobs).items())), "jobs": jobs}
 
 
