@@ -36,7 +36,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-
 def killed_at_subnet(monkeypatch: pytest.MonkeyPatch, out: Path, *extra: str, subnet: int = 5) -> None:
     """Train 8 steps into ``out`` (checkpoints every 2); the forward of ``subnet`` fails, as a kill would stop it."""
     monkeypatch.setenv(FAIL_ENV, f"0:{subnet}")

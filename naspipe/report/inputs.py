@@ -59,7 +59,7 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
     """Every input read and verified; ``undigested``: runs named as made before ``outputs.sha256`` existed."""
     infos = [read_run_info(p, undigested) for p in runs]
     ablation_infos = [read_run_info(p, undigested) for p in ablations or []]
-    sims = [_read_simulated(p, undigested) for p in simulated or []]
+    sims = [read_run_info(p, undigested, simulated=True) for p in simulated or []]
     seen: dict[Path, Path] = {}
     for info in [*infos, *ablation_infos, *sims]:
         key = info.path.resolve()
@@ -71,15 +71,6 @@ def load_inputs(runs: list[Path], reproducibility: list[Path], profiles: list[st
                         ablations=ablation_infos, searches=[read_search(s) for s in searches],
                         curves=[read_curve(c) for c in curves], simulated=sims,
                         random_retrained=[read_retrained(r) for r in random_retrained])
-
-
-def _read_simulated(path: Path, undigested: Collection[Path]) -> RunInfo:
-    """A ``naspipe simulate`` run; a trained run given as simulated is named as such before it is verified
-    (a trained run must carry digests a simulated one need not, and that error would hide the real mix-up)."""
-    metrics = path / "metrics.json"
-    if path.is_dir() and read_json_object(metrics, str(metrics)).get("simulated") is not True:
-        raise UsageError(f"--simulated {path}: not a 'naspipe simulate' run (metrics.json lacks simulated)")
-    return read_run_info(path, undigested)
 
 
 def read_reproducibility(path: Path, undigested: Collection[Path] = ()) -> dict[str, Any]:

@@ -61,12 +61,18 @@ class RunInfo:
         return f"{self.space}/{self.system} D={self.stages} seed={self.seed}"
 
 
-def read_run_info(path: Path, undigested: Collection[Path] = ()) -> RunInfo:
-    """The run at ``path``, verified (:func:`verify_run`; ``undigested``: runs named as made before digests)."""
+def read_run_info(path: Path, undigested: Collection[Path] = (), simulated: bool = False) -> RunInfo:
+    """The run at ``path``, verified (:func:`verify_run`; ``undigested``: runs named as made before digests).
+
+    ``simulated``: the run must be a ``naspipe simulate`` run, checked before anything else (a trained run
+    must carry digests a simulated one need not, and that error would hide the real mix-up).
+    """
     if not path.is_dir():
         raise UsageError(f"run directory {path}: not found")
     file = path / "metrics.json"
     metrics = read_json_object(file, str(file))
+    if simulated and metrics.get("simulated") is not True:
+        raise UsageError(f"--simulated {path}: not a 'naspipe simulate' run (metrics.json lacks simulated)")
     missing = [k for k in NEEDED if k not in metrics]
     if missing:
         raise UsageError(f"{file}: missing field {missing[0]!r}")
