@@ -50,6 +50,23 @@ def test_pinned_and_in_flight_layers_are_never_evicted() -> None:
         cache.acquire([3])
 
 
+def test_room_for_counts_only_what_can_be_evicted_without_a_copy_in_flight() -> None:
+    """Prefetched copies on their way take bytes that no eviction can free until they land: ``room_for`` says
+    so before ``acquire`` would fail, and once they have arrived the same task fits (issue 41, item 0)."""
+    cache = DeviceCache(30, {1: 10, 2: 10, 3: 10, 4: 10})
+    cache.acquire([1])  # the running task's layer: pinned
+    cache.prefetch([[2], [3]])  # two prefetches, still in flight
+    assert cache.room_for([1]) and not cache.room_for([4])
+    with pytest.raises(CacheCapacityError, match="10 bytes are pinned by running tasks, 20 bytes are copies on"):
+        cache.acquire([4])
+    fresh = DeviceCache(30, {1: 10, 2: 10, 3: 10, 4: 10})
+    fresh.acquire([1])
+    fresh.prefetch([[2], [3]])
+    fresh.arrived_all([2, 3])
+    assert fresh.room_for([4])
+    assert fresh.acquire([4]) == [Move(2, 10, "drop"), Move(4, 10, "in")]  # no next use: the lower id goes
+
+
 def test_a_task_that_can_never_fit_names_the_layer_its_bytes_and_the_budget() -> None:
     cache = DeviceCache(25, {1: 10, 2: 20})
     with pytest.raises(CacheCapacityError, match=r"need 30 bytes .* budget is 25 bytes .*layer 2, 20 bytes"):

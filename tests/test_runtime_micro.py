@@ -86,6 +86,27 @@ def test_the_least_cache_budget_holds_a_long_run_and_less_is_refused_at_the_star
         run("csp", 3, "nlp.tiny", *settings, "cache.enabled=true", "cache.budget=1.5x", steps=24)
 
 
+def test_the_least_cache_budget_holds_when_no_copy_lands_before_the_next_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving a busy core made (issue 41, item 0): the copy thread lags, so no prefetched copy has
+    landed when a stage's next task starts, and those copies, which cannot be evicted mid-flight, took the room
+    of the task's own layers (CacheCapacityError mid-run at a budget the start-up check accepted). Forced here:
+    every copy reports 'not landed' until a task waits for it. The task now waits for the copies on their way
+    when it needs their room, and the run is bitwise the reference."""
+    from naspipe.runtime import context
+
+    fetch = context._Copies.fetch
+
+    def lagging(self: Any, hosts: Any, allocate: Any) -> Any:
+        wait, _ = fetch(self, hosts, allocate)
+        return wait, lambda: False
+
+    monkeypatch.setattr(context._Copies, "fetch", lagging)
+    settings = ("micro_batches=4", "split_backward=true", "partition_mode=static")
+    reference = run("sequential", 1, "nlp.tiny", *settings, steps=12)
+    least = ("cache.enabled=true", "cache.budget=2x", "cache.horizon=8")
+    assert same(run("csp", 3, "nlp.tiny", *settings, *least, steps=12), reference)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("split", [False, True])
 def test_csp_equals_sequential_with_parts_at_8_stages(split: bool) -> None:

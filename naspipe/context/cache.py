@@ -25,6 +25,10 @@ Public API (stable; the runtime and the simulator both drive it):
 - ``flush() -> list[Move]``: write back every dirty layer (a drain point); they stay resident.
 - ``discard(layer)``: forget the device copy without writing it back (a newer state of the
   layer arrived from another stage: mirroring). The layer must not be pinned.
+- ``room_for(layers) -> bool``: whether a task's layers can be placed now without evicting a copy still
+  in flight (those cannot be evicted mid-copy). A caller whose copies land on their own (the runtime's
+  copy thread) waits for the ones on their way when it is False, then acquires: the budget then only
+  has to hold the pinned layers and the task's own, whatever the copies' timing.
 - ``stats``: :class:`CacheStats` (uses, hits, hit_rate, late: misses already in flight,
   swap_in/out bytes, peak bytes).
 
@@ -131,6 +135,16 @@ class DeviceCache:
     @property
     def free(self) -> int:
         return self.budget - self.used
+
+    def room_for(self, layers: Iterable[int]) -> bool:
+        """Whether ``layers``' missing ones fit in the free bytes plus those of the evictable layers (held,
+        arrived, unpinned, not among ``layers``): what :meth:`acquire` may evict without a copy in flight."""
+        wanted = set(layers)
+        need = sum(self.sizes[x] for x in wanted if x not in self._resident) - self.free
+        if need <= 0:
+            return True
+        evictable = self._resident.difference(self._pins, self._in_flight, wanted)
+        return sum(self.sizes[x] for x in evictable) >= need
 
     # -- events -------------------------------------------------------------
     def acquire(self, layers: Iterable[int], upcoming: Upcoming = ()) -> list[Move]:
@@ -279,9 +293,11 @@ class DeviceCache:
         """A task's own ``layer`` cannot be placed: the running tasks pin too much of the budget."""
         sizes = self.sizes
         pinned = sum(sizes[x] for x in self._resident if x in self._pins or x in held)
+        flying = sum(sizes[x] for x in self._in_flight if x not in self._pins and x not in held)
+        on_way = f", {flying} bytes are copies on their way" if flying else ""
         raise CacheCapacityError(
             f"layer {layer} ({sizes[layer]} bytes) does not fit the device cache budget of {self.budget} bytes "
-            f"({pinned} bytes are pinned by running tasks)"
+            f"({pinned} bytes are pinned by running tasks{on_way})"
         )
 
     def _place(self, layer: int, ranking: _Ranking | None, end: int, moves: list[Move]) -> None:

@@ -157,10 +157,20 @@ class ContextManager:
         wanted = list(dict.fromkeys(layers))
         for layer in [x for x, (_, _, landed) in self._arriving.items() if landed()]:
             self._install(layer)  # prefetched copies that have landed: resident, so hits
+        if self._arriving and not self.cache.room_for(wanted):
+            self._land_all()  # the task's own layers need the room that prefetched copies on their way hold
         self._perform(self.cache.acquire(wanted, upcoming))
         self._perform(self.cache.prefetch(upcoming))
         start = time.perf_counter()
         for layer in wanted:
+            self._install(layer)
+        self.copy_wait_s += time.perf_counter() - start
+
+    def _land_all(self) -> None:
+        """Wait for every copy on its way (a copy cannot be evicted mid-flight; landed, it can), counted as
+        copy wait. Without it a slow copy thread (a busy core) made a task whose layers fit the budget fail."""
+        start = time.perf_counter()
+        for layer in list(self._arriving):
             self._install(layer)
         self.copy_wait_s += time.perf_counter() - start
 

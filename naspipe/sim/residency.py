@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from naspipe.context.cache import CacheCapacityError, DeviceCache, Move
+from naspipe.context.cache import DeviceCache, Move
 from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
@@ -182,13 +182,9 @@ class ContextCache:
         update = task[0] is UPDATE
         # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
         # between a task's acquire and its release (the engine calls them back to back), so one call
-        try:
-            moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
-        except CacheCapacityError:
-            if not landing:
-                raise
+        if landing and not self.cache.room_for(layers):
             now = self._land_all(now)  # the task's own layers need the room that copies on their way hold
-            moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
+        moves = self.cache.acquire_prefetch_release(layers, upcoming, update)
         if moves:
             self._perform(moves, now)
         if landing and not landing.keys().isdisjoint(layers):  # most tasks: none of its layers is on its way
