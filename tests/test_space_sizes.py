@@ -44,6 +44,7 @@ def test_analytic_sizes_equal_the_meta_build(name: str, options: dict[str, Any])
             measured[key] = tuple(space.meta_tensor_sizes(layer))  # type: ignore[assignment]
         assert shape.layer_tensors(layer) == measured[key], (name, options, layer, space.structure.op_name(layer))
         assert space.layer_tensors(layer) == measured[key]
+        assert shape.unmoved_bytes(layer) == space.meta_unmoved_bytes(layer), (name, options, layer)
         assert shape.layer_cost(layer) == space.layer_cost(layer)
     assert shape.structure == space.structure
 

@@ -217,6 +217,7 @@ def _check_before_creating(job: Job, start: int) -> None:
     config = job.config
     check_threads(config.threads)
     check_parts(config.micro_batches, job.space.options.get("batch_size"))
+    memory.check_cache_budgets(job)
     if config.device == "cuda" and not torch.cuda.is_available():
         raise UsageError(NO_CUDA)
     if job.space.options.get("data") is not None and start < config.steps:

@@ -17,6 +17,8 @@ import torch
 
 from naspipe.config import OptimizerConfig
 from naspipe.errors import UsageError
+from naspipe.runplan import rules
+from naspipe.runplan.job import Job
 from naspipe.space import SearchSpace
 
 
@@ -40,6 +42,20 @@ def check_fits(space: SearchSpace, optimizer: OptimizerConfig, device: torch.dev
     if all_stages_here and sum(sizes) > available:
         raise UsageError(f"space {space.name!r}: its {len(sizes)} layers need about {_fmt(sum(sizes))} to train, "
                          f"more than the {_fmt(available)} available ({source})")
+
+
+def check_cache_budgets(job: Job) -> None:
+    """Every stage's device cache budget, by the rule the stages apply (:func:`rules.cache_budgets`), from the
+    layers' sizes as :meth:`SearchSpace.layer_tensors` gives them, less what the cache never moves (equal to
+    the built layers' cache bytes, :func:`naspipe.runtime.context.layer_bytes`): a budget too small is one
+    line here, before any stage starts, instead of a stage's traceback."""
+    config = job.config
+    if not rules.uses_cache(config.system, config.cache):
+        return
+    space = job.space
+    sizes = {lid: max(1, training_bytes(space, config.optimizer, lid) - space.unmoved_bytes(lid))
+             for lid in range(space.structure.num_layers)}
+    rules.cache_budgets(job.plan, config.steps, sizes, config.cache, micro_batched=job.policy_options.micro_batched)
 
 
 def training_bytes(space: SearchSpace, optimizer: OptimizerConfig, layer: int) -> int:

@@ -139,6 +139,14 @@ class SearchSpace(SpaceShape):
         size = sum(t.numel() * t.element_size() for t in itertools.chain(module.parameters(), module.buffers()))
         return TensorSizes(params, size)
 
+    def meta_unmoved_bytes(self, layer: int) -> int:
+        """Measured on the ``meta`` build: the bytes of buffers outside ``state_dict`` (what
+        :meth:`unmoved_bytes` computes from the shapes)."""
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            module = self.make_layer(layer)
+        persistent = {id(t) for t in module.state_dict(keep_vars=True).values()}
+        return sum(t.numel() * t.element_size() for t in module.buffers() if id(t) not in persistent)
+
     def build_layer(self, layer: int, seed: int) -> SpaceLayer:
         """Layer ``layer`` initialised from (seed, layer) alone; frozen if not trainable."""
         with torch.random.fork_rng(devices=[]):

@@ -92,6 +92,12 @@ class NlpShape(SpaceShape):
             sizes = sizes + layer_norm(d) + layer_norm(d) + cross_attention_sizes(d)
         return sizes
 
+    def unmoved_bytes(self, layer: int) -> int:
+        """The embedding's position table (:mod:`naspipe.space.nlp` registers it non-persistent)."""
+        if self.structure.op_name(layer) == "embedding":
+            return int(self.options["seq_len"] * self.options["dim"] * FLOAT32_BYTES)
+        return 0
+
     def layer_cost(self, layer: int) -> float:
         """Forward multiply-accumulates per batch (no layer is built)."""
         o = self.options

@@ -140,6 +140,12 @@ class SpaceShape(ABC):
         params, nbytes = cache[key]
         return params, nbytes
 
+    def unmoved_bytes(self, layer: int) -> int:
+        """Bytes of the layer's buffers outside its ``state_dict`` (non-persistent: derived tables such as
+        positions), counted in :meth:`layer_tensors`. The device cache neither moves nor counts them: they stay
+        where the layer was built (default: none)."""
+        return 0
+
     def shape_key(self, layer: int) -> Hashable:
         """Layers with equal keys have equal tensor shapes (default: none share); spaces override it."""
         return layer
