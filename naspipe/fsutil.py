@@ -128,6 +128,8 @@ def read_json_object(path: Path, label: str) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         detail = f"{exc.msg}, line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
         raise UsageError(f"{label}: not valid JSON ({detail})") from None
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
+        raise UsageError(f"{label}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise UsageError(f"{label}: expected a JSON object")
     return data
