@@ -8,15 +8,18 @@ import json
 from pathlib import Path
 
 from naspipe import published
+from naspipe.rundigest import hash_of_hashes
 from tests.conftest import run_cli
 
 
-def _run(root: Path, name: str, losses: list[str], weights: str = "w") -> Path:
+def _run(root: Path, name: str, losses: list[str]) -> Path:
+    """A run the verifier accepts (naspipe.rundigest.verify_run): metrics.json, and weights that hash its layers."""
     run = root / name
     run.mkdir(parents=True)
     (run / "losses.csv").write_text("subnet,choices,loss_hex,loss\n" + "".join(f"{i},0,{x},0\n" for i, x in
                                                                           enumerate(losses)))
-    (run / "weights.sha256").write_text(weights)
+    (run / "metrics.json").write_text(json.dumps({"subnets": len(losses)}))
+    (run / "weights.sha256").write_text(hash_of_hashes({}))
     (run / "layer_hashes.csv").write_text("layer,sha256\n")
     (run / "access_order.csv").write_text("timing-dependent\n")
     digest = {n: hashlib.sha256((run / n).read_bytes()).hexdigest() for n in published.RUN_FILES}

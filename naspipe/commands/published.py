@@ -6,18 +6,23 @@
 Writes the verdict (:func:`naspipe.published.summary`) to ``--out`` and prints its sentence, and this tree's own
 record to ``--json``: copied over ``--expected``, that record is what a later run is checked against (how the
 repository's published digests are made, docs/numerics.md). Exit 0 whatever the verdict: the report shows it;
-2 on bad input.
+2 on bad input, and a damaged run is bad input: every run is read through the one run verifier, as ``compare``
+and ``report`` read it, and damage is one line naming the file, never a verdict (a verdict would either vouch for
+bytes nobody checked or call a broken copy a failed reproduction, and ``--json`` would record the damage for
+publishing).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 from naspipe import published
 from naspipe.errors import UsageError
-from naspipe.fsutil import atomic_write_json, atomic_write_text, read_json_object
+from naspipe.fsutil import atomic_write_json, atomic_write_text, check_out_file, read_json_object
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -32,13 +37,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = json.loads(args.config_json)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--config-json: not JSON ({exc})") from None
+    """Every input checked before anything is read from the tree or written: a bad flag, record or output path
+    is one line (exit 2) and leaves no verdict and no record behind; so is a damaged run (see below)."""
+    config = _config(args.config_json)
+    _check_outputs(args.out, args.json)
     expected = read_json_object(args.expected, "--expected")
-    if not isinstance(expected.get("runs"), dict) or not isinstance(expected.get("tables"), dict):
-        raise UsageError(f"--expected {args.expected}: no 'runs' and 'tables' records")
+    published.check_record(expected, f"--expected {args.expected}")
     found = published.collect(args.results, config)
     text = published.summary(published.compare(expected, found), published.config_differences(expected, found),
                              f"published in {args.expected}")
@@ -46,3 +50,26 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(args.out, text)
     print(text.splitlines()[2])
     return 0
+
+
+def _config(text: str) -> dict[str, Any]:
+    """``--config-json``: a JSON object no deeper than the record may be (it is written into ``--json``)."""
+    try:
+        config = json.loads(text)
+    except RecursionError:
+        raise UsageError("--config-json: not JSON (nested too deeply)") from None
+    except ValueError as exc:  # a syntax error, or an integer past Python's digit limit
+        raise UsageError(f"--config-json: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise UsageError(f"--config-json: expected a JSON object, got {published.kind_of(config)}")
+    published.check_depth(config, "--config-json", at=2)  # record / config
+    return config
+
+
+def _check_outputs(out: Path, record: Path) -> None:
+    """Both outputs must be writable files, and two different ones (the record written, then overwritten by the
+    verdict, lost the record)."""
+    check_out_file(out, "--out")
+    check_out_file(record, "--json")
+    if os.path.realpath(out) == os.path.realpath(record):  # realpath: a symlink loop is no traceback
+        raise UsageError(f"--json {record}: the same file as --out")
