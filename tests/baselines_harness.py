@@ -58,16 +58,22 @@ def config_of(system: str, stages: int, steps: int = 8, *overrides: str) -> Conf
 
 def run_threads(config: Config, out: Path, stream: FixedStream | None = None) -> dict[str, Any]:
     """Train ``config`` with one thread per stage; writes the usual output files into ``out``."""
-    from naspipe.runtime.worker import StageWorker
-
     job = build_job(config)
     if stream is not None:
         job = with_stream(job, stream)
-    make_deterministic(config.threads, CPU)
-    stages = config.stages
+    return run_job_threads(job, out)
+
+
+def run_job_threads(job: Job, out: Path, resume: Path | None = None) -> dict[str, Any]:
+    """Train ``job`` with one thread per stage (from checkpoint ``resume`` if given) into the working
+    directory ``out``: what the launcher's spawned stages do, in this process."""
+    from naspipe.runtime.worker import StageWorker
+
+    make_deterministic(job.config.threads, CPU)
+    stages = job.config.stages
     boxes: list[queue.Queue[Message]] = [queue.Queue() for _ in range(stages)]
     barrier = threading.Barrier(stages)
-    workers = [StageWorker(job, k, QueueTransport(k, boxes), CPU, out, None, barrier.wait) for k in range(stages)]
+    workers = [StageWorker(job, k, QueueTransport(k, boxes), CPU, out, resume, barrier.wait) for k in range(stages)]
     reports: list[StageReport | None] = [None] * stages
     errors: list[BaseException] = []
 

@@ -109,6 +109,21 @@ DAMAGE = {
                        _manifest(lambda m: {**m, "files": {k: v for k, v in m["files"].items() if k != "layer-2.pt"}}),
                        "no entry for layer-2.pt"),
     "loss log cut": ("../../logs/losses.log", lambda p: p.write_text(""), "shorter"),
+    # issue 41.3: the manifest's own fields are digested (fields_sha256); files are checked shard by shard above
+    "config edited": (ckpt.MANIFEST, _manifest(lambda m: {**m, "config": {**m["config"], "seed": 1}}), "edited"),
+    "step edited": (ckpt.MANIFEST, _manifest(lambda m: {**m, "step": 3}), "fields_sha256"),
+    "stages edited": (ckpt.MANIFEST, _manifest(lambda m: {**m, "stages": 2}), "fields_sha256"),
+    "partition edited": (ckpt.MANIFEST, _manifest(lambda m: {**m, "settings": {**m["settings"], "partition": [0, 4]}}),
+                         "fields_sha256"),
+    "log length edited": (ckpt.MANIFEST, _manifest(lambda m: {**m, "logs": {k: 0 for k in m["logs"]}}),
+                          "fields_sha256"),
+    "digest removed": (ckpt.MANIFEST, _without(ckpt.DIGEST), "'fields_sha256' is missing"),
+    "settings removed": (ckpt.MANIFEST, _without("settings"), "'settings' is missing"),
+    "written before the digest": (ckpt.MANIFEST, _manifest(lambda m: {k: v for k, v in {**m, "format": 2}.items()
+                                                                      if k not in (ckpt.DIGEST, "settings")}),
+                                  "format 2 predates the manifest's digest"),
+    "integer past the digit limit": (ckpt.MANIFEST, lambda p: p.write_text('{"format": ' + "9" * 5000 + "}"),
+                                     "unreadable"),
 }
 
 
@@ -127,6 +142,27 @@ def test_an_intact_copy_resumes_bitwise(damaged, reference, tmp_path):
     new = tmp_path / "resumed"
     assert train(new, "--resume", str(damaged), steps=8) == 0
     assert_same_outputs(reference, new)
+
+
+def test_an_edited_manifest_is_refused_even_when_the_run_asks_for_what_it_says(tmp_path, capsys):
+    """Issue 41.3: ``"micro_batches": 4`` edited to 2 in the newest manifest and resumed with micro_batches=2
+    trained on from m = 4 shards and published a run whose losses were the m = 4 run's. A re-indented, intact
+    manifest still resumes (the digest is of the values, not of the bytes)."""
+    m4 = ["--set", "micro_batches=4"]
+    run = tmp_path / "run"
+    assert train(run, *m4, "--checkpoint-every", "2", steps=4) == 0
+    manifest = run / "checkpoints" / "step-00000004" / ckpt.MANIFEST
+    text = manifest.read_text()
+    assert text.count('"micro_batches": 4') == 1
+    manifest.write_text(text.replace('"micro_batches": 4', '"micro_batches": 2'))
+    capsys.readouterr()
+    assert train(tmp_path / "resumed", "--set", "micro_batches=2", "--resume", str(run), steps=8) == 2
+    one_line_error(capsys, f"checkpoint {manifest}: its fields do not match their SHA-256 (fields_sha256)", "edited")
+    assert not (tmp_path / "resumed").exists() and not (tmp_path / "resumed.partial").exists()
+    manifest.write_text(json.dumps(json.loads(text)))  # the original values, on one line
+    assert train(tmp_path / "resumed", *m4, "--resume", str(run), steps=8) == 0
+    assert train(tmp_path / "straight", *m4, steps=8) == 0
+    assert_same_outputs(tmp_path / "straight", tmp_path / "resumed")
 
 
 def test_a_second_run_into_the_same_out_is_refused_or_replaces_it_whole(base, tmp_path, capsys):
@@ -229,7 +265,7 @@ def test_shards_invisible_to_stage_0_fail_the_first_checkpoint(tmp_path):
     directory = tmp_path / "step-00000002"
     ckpt.save_stage(directory, 0, {}, {}, {})
     with pytest.raises(RuntimeError, match="shared filesystem"):
-        ckpt.write_manifest(directory, 2, 2, [0], {}, keep=2, wall_s=0.0)
+        ckpt.write_manifest(directory, 2, 2, [0], {}, keep=2, wall_s=0.0, settings={})
 
 
 def test_checkpoint_size_does_not_grow_with_the_step_count(tmp_path):

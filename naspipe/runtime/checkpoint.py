@@ -13,17 +13,23 @@ one at its last step (``final_checkpoint``): the trained supernet, from which
   :mod:`naspipe.runtime.recorder`) were valid at the checkpoint. The logs are not copied
   into the checkpoint, so its size does not grow with the step count.
 - ``manifest.json``: written last by stage 0 after a barrier, with the SHA-256 of every file
-  above, the merged log lengths, ``written_at`` (Unix time) and ``wall_s``: the training
-  wall time up to this checkpoint, summed over the segments of a resumed run (the resumed
-  checkpoint's ``wall_s`` plus the new segment's time), so a pause between a run and its
-  resume never counts as training time. It places each checkpoint on the run's wall-clock
-  axis (Figure 4's curves).
-  Stage 0 hashes the shards itself, which also proves they
+  above, the run's ``config`` and ``settings`` (what its config resolved to: the stages' device
+  type and the static partition's bounds), the merged log lengths, ``written_at`` (Unix time)
+  and ``wall_s``: the training wall time up to this checkpoint, summed over the segments of a
+  resumed run (the resumed checkpoint's ``wall_s`` plus the new segment's time), so a pause
+  between a run and its resume never counts as training time. It places each checkpoint on
+  the run's wall-clock axis (Figure 4's curves). Stage 0 hashes the shards itself, which also proves they
   are visible to it (multi-node runs need a shared filesystem). A folder without a manifest
-  is incomplete: it is removed and never counts toward ``keep_checkpoints``.
+  is incomplete: it is removed and never counts toward ``keep_checkpoints``. The manifest
+  protects itself too: ``fields_sha256`` is the SHA-256 of its other fields but ``files``
+  (each of which its shard's own hash checks), so an edited configuration, step or log length
+  is refused instead of resumed with shards trained under other settings.
 
 A resume reads the manifest and checks every hash in the launcher, before any stage starts,
-so a damaged checkpoint is a one-line error (exit 2) and is never resumed.
+so a damaged checkpoint is a one-line error (exit 2) and is never resumed. It also refuses
+every change of a setting that the run's numbers depend on (:func:`check_compatible`; the
+keys are sorted into :data:`MUST_MATCH`, :data:`BY_SYSTEM`, :data:`CHECKED_APART` and
+:data:`NO_BITS`, which together name every config key).
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,12 +52,31 @@ from naspipe.runplan.rundir import check_still_there
 from naspipe.runtime.windowed import SharedWindows, split_state
 from naspipe.scheduling.policies import POLICIES
 
+if TYPE_CHECKING:
+    from naspipe.partition import Partition
+    from naspipe.scheduling.policies.base import StagePolicy
+
 MANIFEST = "manifest.json"
-FORMAT = 2
-# Keys that change every system's numerics: a resumed run must match the checkpoint on these (and on
-# what its own system's numbers depend on: :func:`numerics_settings`, e.g. the effective bulk size).
+# 3: the manifest carries ``settings`` and ``fields_sha256``, its digest of itself. A format-2 manifest is
+# refused: without the digest, an edited one cannot be told from an intact one (deleting the digest would
+# pass any edit), and its config alone does not say which device or partition its shards were trained on.
+FORMAT = 3
+DIGEST = "fields_sha256"
+UNDIGESTED = ("files", DIGEST)  # each file's entry is checked against the file itself (:func:`verify`)
+# Every config key, by what a resume may do with it (tests/test_resume_settings.py checks that the four name
+# each key of naspipe.config.Config once, so a new key cannot be added without deciding):
+# - MUST_MATCH: every system's numbers depend on it (threads: torch's intra-op reductions split by thread).
 MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet", "micro_batches",
-              "split_backward", "precision")
+              "split_backward", "precision", "threads")
+# - BY_SYSTEM: the pipeline's shape; some systems' numbers depend on it (:func:`numerics_settings`).
+BY_SYSTEM = ("stages", "max_inflight", "bulk_size", "checkpoint_every", "partition_costs", "partition_file",
+             "partition_mode", "cache")
+# - CHECKED_APART: each by its own rule (shared_window under windowed; numerics: the CPU kernels; device: the
+#   type the stages resolved; steps: not behind the checkpoint).
+CHECKED_APART = ("shared_window", "numerics", "device", "steps")
+# - NO_BITS: order, bookkeeping and output only (priority orders a micro-batched stage's ready tasks, whose
+#   results CSP's version rule fixes); a resume may change them freely.
+NO_BITS = ("priority", "keep_checkpoints", "final_checkpoint", "trace_max_events", "timeout_s", "progress")
 # What a key of MUST_MATCH meant in a checkpoint written before the key existed (its default then and now).
 BEFORE_KEY = {"micro_batches": 1, "split_backward": False, "precision": "fp32"}
 _STEP_DIR = re.compile(r"step-(\d{8})$")
@@ -89,11 +115,22 @@ def save_stage(directory: Path, stage: int, layers: dict[int, dict[str, torch.Te
     atomic_write_json(directory / stage_file(stage), {"stage": stage, "logs": log_lengths})
 
 
+def run_settings(partition: Partition, device_type: str) -> dict[str, Any]:
+    """What a run computes with beyond its config, as its manifest records it and a resume compares it.
+
+    The device type its stages resolved (``device: auto`` is cpu on one machine, cuda on another) and the
+    static partition's bounds (a ``partition_costs`` profile or a ``partition_file`` may change under the
+    same name, and PipeDream's updates follow the bounds).
+    """
+    return {"device": device_type, "partition": list(partition.bounds)}
+
+
 def write_manifest(directory: Path, step: int, stages: int, layers: list[int], config: dict[str, Any],
-                   keep: int, wall_s: float) -> None:
+                   keep: int, wall_s: float, settings: dict[str, Any]) -> None:
     """Stage 0, after every stage saved: hash every shard, write the manifest, apply retention.
 
     ``wall_s``: the run's training wall time up to this checkpoint, resumed segments included.
+    ``settings``: :func:`run_settings`. The manifest ends with its digest of itself (:data:`DIGEST`).
     """
     names = [layer_file(lid) for lid in layers] + [stage_file(k) for k in range(stages)]
     missing = [n for n in names if not (directory / n).is_file()]
@@ -104,10 +141,18 @@ def write_manifest(directory: Path, step: int, stages: int, layers: list[int], c
     for k in range(stages):
         logs.update(json.loads((directory / stage_file(k)).read_text(encoding="utf-8"))["logs"])
     files = {n: file_sha256(directory / n) for n in names}
-    atomic_write_json(directory / MANIFEST, {"format": FORMAT, "step": step, "stages": stages, "config": config,
-                                             "files": files, "logs": logs, "written_at": time.time(),
-                                             "wall_s": wall_s})
+    manifest = {"format": FORMAT, "step": step, "stages": stages, "config": config, "settings": settings,
+                "files": files, "logs": logs, "written_at": time.time(), "wall_s": wall_s}
+    atomic_write_json(directory / MANIFEST, {**manifest, DIGEST: fields_digest(manifest)})
     prune(directory.parent, keep)
+
+
+def fields_digest(manifest: dict[str, Any]) -> str:
+    """The SHA-256 of the manifest's fields but :data:`UNDIGESTED`, in one canonical JSON form (sorted keys,
+    no spaces): the bytes on disk may be re-indented without changing it, not one value."""
+    fields = {key: value for key, value in manifest.items() if key not in UNDIGESTED}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def prune(checkpoints: Path, keep: int, newer_than: int | None = None) -> None:
@@ -158,24 +203,45 @@ def read_manifest(checkpoint: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
         raise UsageError(f"checkpoint {path}: unreadable (nested too deeply)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON, not UTF-8, an integer past Python's digit limit
         raise UsageError(f"checkpoint {path}: unreadable ({exc})") from None
     if not isinstance(manifest, dict):
         raise UsageError(f"checkpoint {path}: expected a JSON object, got {type(manifest).__name__}")
-    if manifest.get("format") != FORMAT:
-        raise UsageError(f"checkpoint {path}: format {manifest.get('format')!r} is not {FORMAT} (written by another "
-                         "naspipe version)")
-    checks = [("step", lambda v: _is_int(v) and v >= 1), ("stages", lambda v: _is_int(v) and v >= 1),
-              ("config", lambda v: isinstance(v, dict)),
-              ("files", lambda v: isinstance(v, dict)
-               and all(isinstance(h, str) and _HEX64.match(h) for h in v.values())),
-              ("logs", lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values()))]
-    for key, ok in checks:
+    _check_format(manifest, path)
+    for key, ok in _SHAPE:
         if key not in manifest:
             raise UsageError(f"checkpoint {path}: field {key!r} is missing")
         if not ok(manifest[key]):
             raise UsageError(f"checkpoint {path}: field {key!r} has an invalid value {_short(manifest[key])}")
+    if fields_digest(manifest) != manifest[DIGEST]:
+        raise UsageError(f"checkpoint {path}: its fields do not match their SHA-256 ({DIGEST}): the manifest was "
+                         "edited or damaged, and its shards were trained under the settings it recorded, not these; "
+                         "resume an intact checkpoint or train again")
     return manifest
+
+
+def _check_format(manifest: dict[str, Any], path: Path) -> None:
+    """Only this format is read: an older manifest lacks what a resume now compares and the digest."""
+    found = manifest.get("format")
+    if found == 2:
+        raise UsageError(f"checkpoint {path}: format 2 predates the manifest's digest of its own settings "
+                         f"({DIGEST}), so an edit of it cannot be detected; resume it with the naspipe that wrote it, "
+                         "or train again")
+    if found != FORMAT:
+        raise UsageError(f"checkpoint {path}: format {_short(found)} is not {FORMAT} (written by another naspipe "
+                         "version)")
+
+
+# Every field a resume reads, with the right type (the digest last: it is checked once the others are sound).
+_SHAPE: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("step", lambda v: _is_int(v) and v >= 1), ("stages", lambda v: _is_int(v) and v >= 1),
+    ("config", lambda v: isinstance(v, dict)),
+    ("settings", lambda v: isinstance(v, dict) and isinstance(v.get("device"), str)
+     and isinstance(v.get("partition"), list) and all(_is_int(b) for b in v["partition"])),
+    ("files", lambda v: isinstance(v, dict) and all(isinstance(h, str) and _HEX64.match(h) for h in v.values())),
+    ("logs", lambda v: isinstance(v, dict) and all(_is_int(n) and n >= 0 for n in v.values())),
+    (DIGEST, lambda v: isinstance(v, str) and _HEX64.match(v) is not None),
+)
 
 
 def verify(checkpoint: Path, manifest: dict[str, Any], layers: list[int]) -> None:
@@ -192,22 +258,28 @@ def verify(checkpoint: Path, manifest: dict[str, Any], layers: list[int]) -> Non
             raise UsageError(f"checkpoint shard {path}: SHA-256 does not match the manifest (damaged or truncated)")
 
 
-def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
+def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoint: Path,
+                     settings: dict[str, Any] | None = None) -> None:
     """The resumed run computes what the checkpointed one would have: same settings, steps not behind it.
 
+    ``settings``: the resumed run's :func:`run_settings`, compared with the manifest's (None: the config only).
     ``--steps`` equal to the checkpoint's step finishes a run killed after its final checkpoint.
     """
     saved = manifest["config"]
     for key in MUST_MATCH:
         theirs = saved.get(key, BEFORE_KEY.get(key))
         if _normal(theirs) != _normal(config.get(key, BEFORE_KEY.get(key))):
-            raise UsageError(f"--resume {checkpoint}: config key {key!r} is {config.get(key)!r}, "
-                             f"checkpoint has {theirs!r}")
+            raise UsageError(f"--resume {checkpoint}: config key {key!r} is {_short(config.get(key))}, "
+                             f"checkpoint has {_short(theirs)}; the checkpoint's numbers depend on it, so resuming "
+                             "would train a hybrid of two runs (set it as the checkpoint has it, or train again)")
     if config.get("shared_policy") == "windowed" and saved.get("shared_window") != config.get("shared_window"):
         raise UsageError(f"--resume {checkpoint}: config key 'shared_window' is {config.get('shared_window')!r}, "
                          f"checkpoint has {saved.get('shared_window')!r}")
-    _check_system_numerics(saved, config, checkpoint)
     _check_kernels(saved, config, checkpoint)
+    saved_settings = manifest.get("settings")
+    if settings is not None and isinstance(saved_settings, dict):
+        _check_device(saved_settings, settings, checkpoint)
+    _check_system_numerics(manifest, config, settings, checkpoint)
     if config["steps"] < manifest["step"]:
         raise UsageError(f"--resume {checkpoint}: --steps {config['steps']} is not past the checkpoint's "
                          f"step {manifest['step']}")
@@ -215,25 +287,40 @@ def check_compatible(manifest: dict[str, Any], config: dict[str, Any], checkpoin
         _check_drain(config, int(manifest["step"]), checkpoint)
 
 
-def numerics_settings(config: dict[str, Any]) -> dict[str, Any]:
+def numerics_settings(config: dict[str, Any], settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a system's numbers depend on beyond :data:`MUST_MATCH`, by the name a user sets it with.
 
-    CSP-family systems (and sequential) compute sequential training at any stage count: nothing
-    more. BSP (gpipe, vpipe) reads one parameter version per bulk: the effective bulk size.
-    ASP (pipedream, the weight-stashing policy) applies updates as backwards finish, so the
-    pipeline's shape decides the numbers: stages, in-flight limit, partition and drain points.
+    Systems that keep CSP's version rule (sequential and the csp family: :func:`keeps_version_rule`)
+    compute sequential training at any stage count, partition, in-flight limit, cache or drain point:
+    nothing more. BSP (gpipe, vpipe) reads one parameter version per bulk: the effective bulk size. Every
+    other system follows its pipeline: ASP (pipedream) applies updates as backwards finish, so the
+    pipeline's shape decides the numbers (stages, in-flight limit, partition, drain points); the
+    artifact's relaxed check (csp-artifact) races as well, so its timing (the cache) counts too.
+    ``settings``: a run's :func:`run_settings`, whose partition bounds then count for those systems.
     """
     policy = POLICIES.get(str(config.get("system")))
     stages = config.get("stages")
-    if policy is None:
+    if policy is None or keeps_version_rule(policy):
         return {}
     if policy.bulk_synchronous:
         return {"bulk_size (0 means --stages)": config.get("bulk_size") or stages}
-    if not policy.stash_weights:
-        return {}
-    return {"stages": stages, "max_inflight (0 means 2 x stages)": config.get("max_inflight") or 2 * int(stages or 0),
-            "checkpoint_every": config.get("checkpoint_every"), "partition_costs": config.get("partition_costs"),
-            "partition_file": config.get("partition_file"), "partition_mode": config.get("partition_mode")}
+    cache = config.get("cache")
+    shape = {"stages": stages, "max_inflight (0 means 2 x stages)": config.get("max_inflight") or 2 * int(stages or 0),
+             "checkpoint_every": config.get("checkpoint_every"), "partition_costs": config.get("partition_costs"),
+             "partition_file": config.get("partition_file"), "partition_mode": config.get("partition_mode"),
+             "cache": cache if isinstance(cache, dict) and cache.get("enabled") else {"enabled": False}}
+    if settings is not None:
+        shape["the partition's stage bounds"] = settings.get("partition")
+    return shape
+
+
+def keeps_version_rule(policy: type[StagePolicy]) -> bool:
+    """Whether a system computes sequential training whatever its pipeline: the causal systems keep CSP's
+    version rule, and the mirroring ones keep the global versions it reads (csp-no-predictor is marked not
+    causal for its makespan's lower bound only). A system that is neither (csp-artifact, pipedream, gpipe, a
+    new one) is taken to follow its pipeline until it declares otherwise: refusing too much costs a rerun,
+    too little a hybrid."""
+    return policy.causal or policy.mirroring
 
 
 def _check_kernels(saved: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
@@ -245,23 +332,39 @@ def _check_kernels(saved: dict[str, Any], config: dict[str, Any], checkpoint: Pa
                          f"for numerics={ours}; resuming would mix two kernels' bits (set numerics={theirs})")
 
 
-def _check_system_numerics(saved: dict[str, Any], config: dict[str, Any], checkpoint: Path) -> None:
-    theirs, ours = numerics_settings(saved), numerics_settings(config)
+def _check_device(saved: dict[str, Any], settings: dict[str, Any], checkpoint: Path) -> None:
+    """The device type is part of the arithmetic (a GPU's kernels are not the CPU's): ``device`` names what the
+    stages resolved, so ``auto`` on a CPU machine and ``auto`` on a GPU machine differ."""
+    theirs, ours = saved.get("device"), settings.get("device")
+    if theirs != ours:
+        raise UsageError(f"--resume {checkpoint}: the checkpoint was trained on {theirs}, this run's stages run on "
+                         f"{ours}; resuming would mix two devices' bits (set device={theirs} on a machine that has "
+                         "it, or train again)")
+
+
+def _check_system_numerics(manifest: dict[str, Any], config: dict[str, Any], settings: dict[str, Any] | None,
+                           checkpoint: Path) -> None:
+    saved_settings = manifest.get("settings")
+    both = settings is not None and isinstance(saved_settings, dict)  # else the configs alone
+    theirs = numerics_settings(manifest["config"], saved_settings if both else None)
+    ours = numerics_settings(config, settings if both else None)
     for name, value in ours.items():
         if _normal(theirs.get(name)) != _normal(value):
             raise UsageError(f"--resume {checkpoint}: system {config['system']!r} computes with {name} = "
-                             f"{theirs.get(name)!r} in the checkpoint but {value!r} here; resuming would train a "
-                             "hybrid of the two runs (only csp-family systems may resume at another setting)")
+                             f"{_short(theirs.get(name))} in the checkpoint but {_short(value)} here; resuming would "
+                             "train a hybrid of the two runs (set it as the checkpoint has it, or train again)")
 
 
 def _check_drain(config: dict[str, Any], step: int, checkpoint: Path) -> None:
-    """ASP: a resume drains the pipeline at its step; only a drain the run makes anyway keeps its numbers."""
+    """A resume drains the pipeline at its step; for a system that follows its pipeline only a drain the run
+    makes anyway keeps its numbers."""
     policy = POLICIES.get(str(config.get("system")))
     every = int(config.get("checkpoint_every") or 0)
-    if policy is not None and policy.stash_weights and not policy.bulk_synchronous and (not every or step % every):
+    follows = policy is not None and not keeps_version_rule(policy) and not policy.bulk_synchronous
+    if follows and (not every or step % every):
         raise UsageError(f"--resume {checkpoint}: system {config['system']!r} drains its pipeline at the resumed "
-                         f"step {step}, which checkpoint_every {every} does not (pipedream's numbers depend on "
-                         "where it drains); extend only from a checkpoint at a multiple of checkpoint_every")
+                         f"step {step}, which checkpoint_every {every} does not (its numbers depend on where it "
+                         "drains); extend only from a checkpoint at a multiple of checkpoint_every")
 
 
 # -- loading ------------------------------------------------------------------

@@ -115,7 +115,7 @@ def train(config: Config, out_dir: Path, resume: Path | None = None, overwrite: 
     owner = place is None or place.rank == 0  # the process that holds the run's lock and publishes it
     if owner:  # a live run first: name it, whatever else is wrong
         runlock.refuse_if_held(rundir.work_of(out_dir), out_dir)
-    checkpoint, manifest = _resume_point(job, resume, check_live=owner)
+    checkpoint, manifest = _resume_point(job, resume, place, check_live=owner)
     _check_before_creating(job, int(manifest["step"]) if manifest is not None else 0)
     if place is None:  # a local workflow job ends with its snakemake; under srun the pid is another node's
         lifecycle.die_with_env_process()
@@ -253,8 +253,10 @@ def _published(run: RunDir | None, metrics: dict[str, Any] | None) -> dict[str, 
     return metrics
 
 
-def _resume_point(job: Job, resume: Path | None, check_live: bool) -> tuple[Path | None, dict[str, Any] | None]:
-    """The checkpoint to resume and its manifest, fully verified (hashes, logs) before any stage starts.
+def _resume_point(job: Job, resume: Path | None, place: Rank | None,
+                  check_live: bool) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint to resume and its manifest, fully verified (hashes, logs, every setting the numbers depend
+    on: the config and what it resolves to here, the device and the partition) before any stage starts.
 
     ``check_live``: refuse a checkpoint of a run still training (not on the ranks that do not own the lock:
     under torchrun their rank 0 may already hold it)."""
@@ -265,7 +267,8 @@ def _resume_point(job: Job, resume: Path | None, check_live: bool) -> tuple[Path
     if check_live:
         rundir.refuse_live_source(checkpoint)
     manifest = ckpt.read_manifest(checkpoint)
-    ckpt.check_compatible(manifest, config.to_dict(), checkpoint)
+    device = stage_device(config, place.local_rank if place else 0)
+    ckpt.check_compatible(manifest, config.to_dict(), checkpoint, ckpt.run_settings(job.partition, device.type))
     check_bulk_boundary(config, "the resumed step", manifest["step"])
     ckpt.verify(checkpoint, manifest, list(range(job.space.structure.num_layers)))
     rundir.check_logs(checkpoint, manifest)

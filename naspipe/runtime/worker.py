@@ -416,7 +416,8 @@ class StageWorker:
             all_layers = list(range(self.job.space.structure.num_layers))
             ckpt.write_manifest(directory, step, self.job.plan.num_stages, all_layers,
                                 self.job.config.to_dict(), self.job.config.keep_checkpoints,
-                                self.wall_before + self.recorder.now())
+                                self.wall_before + self.recorder.now(),
+                                ckpt.run_settings(self.job.partition, self.device.type))
 
     # -- the end --------------------------------------------------------------
     def _say_goodbye(self) -> None:
