@@ -96,6 +96,11 @@ def schedule_name(system: str, config: Mapping[str, Any]) -> str:
     return system + MICRO_SUFFIX if micro else system
 
 
+def is_micro_name(name: str) -> bool:
+    """Whether ``name`` names a micro-batched schedule (``csp-mb``, ``sequential-mb``)."""
+    return name.endswith(MICRO_SUFFIX)
+
+
 def base_name(name: str) -> str:
     """The system of a name :func:`schedule_name` gave."""
     return name.removesuffix(MICRO_SUFFIX)

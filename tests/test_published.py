@@ -84,3 +84,25 @@ def test_the_command_writes_the_verdict_and_this_trees_record(tmp_path: Path) ->
                   str(tmp_path / "q.md"), "--json", str(tmp_path / "q.json"))
     assert bad.returncode == 2 and bad.stderr.startswith("naspipe: error: --expected:")
     assert not (tmp_path / "q.md").exists()
+
+
+def test_the_report_opens_with_the_verdict_once_however_often_it_is_checked(tmp_path: Path) -> None:
+    """``--report``: results/report.md carries the verdict's sentence under its title (issue 40), replaced, not
+    repeated, on every check; a report that cannot be read is one line and nothing is written."""
+    results = _tree(tmp_path / "results", ["0x1p+0"] * 8)
+    expected = tmp_path / "published.json"
+    expected.write_text(json.dumps({"config": {}, "runs": {}, "tables": {}}))
+    report = results / "report.md"
+    report.write_text("# NASPipe results\n\n## Claims\n\ntext\n")
+    args = ["published", "--results", str(results), "--expected", str(expected), "--out", str(results / "p.md"),
+            "--json", str(results / "p.json"), "--report", str(report)]
+    assert run_cli(*args).returncode == 0
+    expected.write_text((results / "p.json").read_text())
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    lines = report.read_text().splitlines()
+    assert lines[0] == "# NASPipe results" and lines[-3:] == ["## Claims", "", "text"]
+    verdicts = [line for line in lines if line.startswith("**Published results.**")]
+    assert verdicts == [f"**Published results.** {done.stdout.strip()} ([p.md](p.md))"]
+    missing = run_cli(*args[:-1], str(tmp_path / "no-report.md"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "--report" in missing.stderr

@@ -71,19 +71,26 @@ def _paper_workdir(tmp_path: Path) -> Path:
 
 def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
     done = snakemake(
-        "-n", "--configfile", str(ROOT / "config" / "paper.yaml"), "--directory", str(_paper_workdir(tmp_path)),
+        "-n", "-p", "--configfile", str(ROOT / "config" / "paper.yaml"), "--directory", str(_paper_workdir(tmp_path)),
         "--resources", "gpu=16",
     )
     assert done.returncode == 0, done.stderr
     planned = set(re.findall(r"^\s*output: results/runs/([^/]+)/([^/]+)/D(\d+)-seed(\d+)$", done.stdout, re.MULTILINE))
     spaces = ["nlp.c0", "nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"]
-    systems = ["csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler"]
+    systems = ["csp-mb", "csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler"]
     seeds = ["0", "1", "2"]
     expected = {(sp, sy, d, se) for sp, sy, d, se in product(spaces, systems, ["4", "8", "16"], seeds)}
-    expected |= {(sp, "sequential", "1", se) for sp, se in product(spaces, seeds)}  # the reference
+    expected |= {(sp, ref, "1", se) for sp, ref, se in product(spaces, ["sequential", "sequential-mb"], seeds)}
     assert planned == expected
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, re.MULTILINE))
-    assert counts["train"] == str(len(expected)) == "336"
+    assert counts["train"] == str(len(expected)) == "420"
+    # the fast NASPipe: one micro-batch count at 4, 8 and 16 stages, compared with sequential-mb (Table 3)
+    trains = r"naspipe train .*--set micro_batches=(\d+) .*--out results/runs/[^/]+/csp-mb/"
+    parts = set(re.findall(trains, done.stdout))
+    assert parts == {"16"}, parts
+    compare = re.findall(r"naspipe reproducibility (results/runs/[^/]+/[^/]+/D1-seed\d) results/runs/[^/]+/csp-mb/",
+                         done.stdout)
+    assert compare and {Path(ref).parent.name for ref in compare} == {"sequential-mb"}
     assert counts["compare"] == str(len(spaces) * len(systems) * len(seeds))
     assert counts["prepare"] == "2" and counts["profile"] == "7" and counts["report"] == "1"
     ablations = set(re.findall(r"^\s*output: results/ablations/([^/]+)/([^/]+)/D(\d+)-seed(\d+)$", done.stdout, re.M))
@@ -116,6 +123,10 @@ CONFIG_ERRORS = [
         "datasets.wmt.src: path 'missing/train.en' does not exist",
     ),
     ({"spaces": {"cv.tiny": {"dataset": "nope"}}}, "spaces.cv.tiny.dataset: 'nope' is not a key of datasets"),
+    # one micro-batch count at every stage count: the count that followed the stage count (Nx) is gone
+    ({"micro": {"micro_batches": "1x"}}, "micro.micro_batches: '1x' is not of type 'integer'"),
+    ({"micro": {"micro_batches": 64}}, "micro.micro_batches: 64 exceeds space nlp.tiny's batch_size 32"),
+    ({"micro": {"micro_batches": 1, "split_backward": False}}, "micro: micro_batches 1 without split_backward is"),
 ]
 
 
@@ -281,15 +292,19 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     table3 = frames["table3_reproducibility"]
     verdict = {(r.space, r.system, int(r.stages)): str(r.identical_to_sequential) for r in table3.itertuples()}
     assert verdict[("nlp.tiny", "csp", 2)] == verdict[("toy", "csp", 2)] == "yes"
+    assert verdict[("nlp.tiny", "csp-mb", 2)] == verdict[("toy", "csp-mb", 2)] == "yes"  # against sequential-mb
     assert verdict[("nlp.tiny", "gpipe", 2)] == "no"
-    assert set(frames["sim_table2_systems"]["system"]) == {"csp", "gpipe"}  # .test/config/config.yaml's simulate key
+    weights = {(r.space, r.system): r.weights for r in table3.itertuples() if int(r.stages) == 2}
+    assert weights[("toy", "csp-mb")] != weights[("toy", "csp")]  # 2 parts train other bits than 1
+    assert set(frames["sim_table2_systems"]["system"]) == {"csp-mb", "csp", "gpipe"}  # the config's simulate key
     for figure in ("fig4_loss_vs_time", "fig5_throughput", "fig7_scaling", "sim_fig5_throughput", "sim_fig7_scaling"):
         with Image.open(tiny_run / "results" / "figures" / f"{figure}.png") as image:
             image.verify()
     assert "Table 3" in (tiny_run / "results" / "report.md").read_text()
     # the search phase: one search per run, its winner retrained and scored (Table 3), Figure 4's curves
     searched = {(r.space, r.system, int(r.stages)): r.search_accuracy for r in table3.itertuples()}
-    assert set(searched) == set(verdict) | {("nlp.tiny", "sequential", 1), ("toy", "sequential", 1)}
+    assert set(searched) == set(verdict) | {(space, ref, 1) for space in ("nlp.tiny", "toy")
+                                            for ref in ("sequential", "sequential-mb")}
     assert all(pd.notna(v) for v in searched.values())
     assert searched[("toy", "csp", 2)] == searched[("toy", "sequential", 1)]
     for figure in ("fig4_search_score", "fig_search_convergence"):

@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
     p.add_argument("--config-json", default="{}", help="the workflow config the results were made with (JSON)")
     p.add_argument("--out", type=Path, required=True, help="the verdict (markdown) to write")
     p.add_argument("--json", type=Path, required=True, help="this tree's record (JSON) to write")
+    p.add_argument("--report", type=Path, help="the results' report.md, which then opens with the verdict's sentence")
     return p
 
 
@@ -41,15 +42,43 @@ def run(args: argparse.Namespace) -> int:
     is one line (exit 2) and leaves no verdict and no record behind; so is a damaged run (see below)."""
     config = _config(args.config_json)
     _check_outputs(args.out, args.json)
+    report = _read_report(args.report) if args.report is not None else ""
     expected = read_json_object(args.expected, "--expected")
     published.check_record(expected, f"--expected {args.expected}")
     found = published.collect(args.results, config)
     text = published.summary(published.compare(expected, found), published.config_differences(expected, found),
                              f"published in {args.expected}")
+    if args.report is not None:  # first: the verdict is written last, so the workflow sees the report as older
+        atomic_write_text(args.report, with_verdict(report, text.splitlines()[2], args.out))
     atomic_write_json(args.json, found)
     atomic_write_text(args.out, text)
     print(text.splitlines()[2])
     return 0
+
+
+VERDICT_START, VERDICT_END = "<!-- naspipe published -->", "<!-- /naspipe published -->"
+
+
+def with_verdict(report: str, sentence: str, verdict: Path) -> str:
+    """``report`` opening with the published verdict's sentence under its title, in place of an earlier one.
+
+    Why here and not in ``naspipe report``: the verdict digests the report's tables, so it can only be known
+    after them; the block between the markers is this command's, replaced on every run."""
+    start, end = report.find(VERDICT_START), report.find(VERDICT_END)
+    if start >= 0 and end > start:
+        report = report[:start] + report[end + len(VERDICT_END):].lstrip("\n")
+    title, newline, rest = report.partition("\n")
+    block = f"{VERDICT_START}\n**Published results.** {sentence} ([{verdict.name}]({verdict.name}))\n{VERDICT_END}\n"
+    if not title.startswith("# "):
+        return block + "\n" + report
+    return f"{title}{newline}\n{block}{rest if rest.startswith(chr(10)) else chr(10) + rest}"
+
+
+def _read_report(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--report {path}: cannot read it ({exc.__class__.__name__})") from None
 
 
 def _config(text: str) -> dict[str, Any]:

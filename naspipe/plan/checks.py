@@ -73,6 +73,28 @@ def check_references(config: dict[str, Any]) -> None:
             raise ConfigError(f"spaces.{name}.dataset", f"{dataset!r} is a {family} dataset, not for space {name}")
 
 
+def check_micro(config: dict[str, Any]) -> None:
+    """The ``micro`` block, when a micro-batched (``-mb``) system is trained or simulated: it must split the
+    batch (or the backward), and every trained space's batch must hold a sample per part."""
+    from naspipe import systems
+    from naspipe.plan.jobs import micro
+    from naspipe.space import make_shape
+
+    simulated = any(systems.is_micro_name(s) for s in (config.get("simulate") or {}).get("systems", []))
+    trained = any(systems.is_micro_name(s) for s in config["systems"])
+    for key, used, block in (("micro", trained, micro(config)), ("simulate.micro", simulated, micro(config, True))):
+        if used and int(block["micro_batches"]) == 1 and not block["split_backward"]:
+            raise ConfigError(key, "micro_batches 1 without split_backward is csp's own schedule: list csp, not csp-mb")
+    if not trained:
+        return
+    parts = int(micro(config)["micro_batches"])
+    for name, space in config["spaces"].items():
+        batch = make_shape(name, (space or {}).get("options") or {}).options.get("batch_size")
+        if isinstance(batch, int) and parts > batch:
+            raise ConfigError("micro.micro_batches", f"{parts} exceeds space {name}'s batch_size {batch}: each part "
+                              "needs at least one sample")
+
+
 def check_duplicate_keys(config_files: Iterable[str | Path]) -> None:
     """Refuse a config file holding a key twice (naspipe's own loader, naspipe/yamlio.py, does the same)."""
     for config_file in config_files:

@@ -11,9 +11,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from naspipe import systems
 from naspipe.plan import paths
 
 REFERENCE_SYSTEM = "sequential"  # every comparison is against sequential training on one stage
+MICRO_DEFAULTS = {"micro_batches": 16, "split_backward": True, "priority": "critical"}  # the schema's defaults
 ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
     "naspipe": ("csp", "per-subnet"),
     "no-predictor": ("csp-no-predictor", "per-subnet"),
@@ -28,7 +30,7 @@ class TrainJob:
 
     rule: str
     space: str
-    system: str
+    system: str  # what ``naspipe train --system`` takes (``csp`` for a run of csp-mb: its ``sets`` add the parts)
     stages: int
     seed: int
     out: str  # its run directory
@@ -44,14 +46,47 @@ def run_dir(space: str, system: str, stages: int, seed: int) -> str:
     return paths.path("run", space=space, system=system, stages=stages, seed=seed)
 
 
-def reference_run(space: str, seed: int) -> str:
-    return run_dir(space, REFERENCE_SYSTEM, 1, seed)
+def reference_system(system: str = REFERENCE_SYSTEM) -> str:
+    """What a run of ``system`` (a name of the config's ``systems``) is compared with: sequential training with
+    the same schedule settings (``sequential-mb`` for a micro-batched ``-mb`` system, whose parts change the
+    bits), on one stage."""
+    return REFERENCE_SYSTEM + systems.MICRO_SUFFIX if systems.is_micro_name(system) else REFERENCE_SYSTEM
+
+
+def reference_run(space: str, seed: int, system: str = REFERENCE_SYSTEM) -> str:
+    return run_dir(space, reference_system(system), 1, seed)
+
+
+def reference_systems(config: dict[str, Any]) -> list[str]:
+    """The references the config trains: sequential always (the claims judge the paper's csp against it), and
+    sequential-mb when a micro-batched system is trained."""
+    return sorted({REFERENCE_SYSTEM} | {reference_system(system) for system in config["systems"]})
 
 
 def system_runs(config: dict[str, Any], space: str, system: str, seed: int) -> list[str]:
     """The runs of one system over every stage count (the reference itself left out)."""
     runs = [run_dir(space, system, d, seed) for d in sorted(config["stages"])]
-    return [r for r in runs if r != reference_run(space, seed)]
+    return [r for r in runs if r != reference_run(space, seed, system)]
+
+
+def micro(config: dict[str, Any], simulated: bool = False) -> dict[str, Any]:
+    """The config's ``micro`` block with the schema's defaults (a config read without the schema has none);
+    ``simulated``: with ``simulate.micro``'s keys over it (the simulated spaces are not the trained ones)."""
+    block = {**MICRO_DEFAULTS, **(config.get("micro") or {})}
+    if simulated:
+        block.update((config.get("simulate") or {}).get("micro") or {})
+    return block
+
+
+def system_sets(config: dict[str, Any], system: str, simulated: bool = False) -> list[str]:
+    """The schedule's own ``--set`` pairs of a run of ``system``: for a micro-batched (``-mb``) system the
+    config's ``micro`` block, the same at every stage count (a count that followed the stage count would
+    train differently at each)."""
+    if not systems.is_micro_name(system):
+        return []
+    m = micro(config, simulated)
+    return [f"micro_batches={m['micro_batches']}", f"split_backward={str(m['split_backward']).lower()}",
+            f"priority={m['priority']}"]
 
 
 def common_sets(config: dict[str, Any], steps: int | None = None) -> list[str]:
@@ -74,11 +109,13 @@ def space_sets(config: dict[str, Any], space: str) -> list[str]:
 
 def train_jobs(config: dict[str, Any]) -> list[TrainJob]:
     """Every `train` job: the reference per space and seed, every system at every stage count."""
-    runs = {(space, REFERENCE_SYSTEM, 1, seed) for space in config["spaces"] for seed in config["seeds"]}
+    runs = {(space, ref, 1, seed) for space in config["spaces"] for ref in reference_systems(config)
+            for seed in config["seeds"]}
     runs |= {(space, system, d, seed) for space in config["spaces"] for system in config["systems"]
              for d in config["stages"] for seed in config["seeds"]}
-    return [TrainJob("train", sp, sy, d, se, run_dir(sp, sy, d, se), (*space_sets(config, sp), *common_sets(config)),
-                     int(config["steps"])) for sp, sy, d, se in sorted(runs)]
+    return [TrainJob("train", sp, systems.base_name(sy), d, se, run_dir(sp, sy, d, se),
+                     (*space_sets(config, sp), *common_sets(config), *system_sets(config, sy)), int(config["steps"]))
+            for sp, sy, d, se in sorted(runs)]
 
 
 def ablation_jobs(config: dict[str, Any]) -> list[TrainJob]:
@@ -110,7 +147,8 @@ def all_training_jobs(config: dict[str, Any]) -> list[TrainJob]:
 
 def curve_runs(config: dict[str, Any]) -> list[str]:
     """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
-    runs = {reference_run(space, seed) for space in config["spaces"] for seed in config["seeds"]}
+    runs = {run_dir(space, ref, 1, seed) for space in config["spaces"] for ref in reference_systems(config)
+            for seed in config["seeds"]}
     runs |= {system_runs(config, space, system, seed)[-1] for space in config["spaces"]
              for system in config["systems"] for seed in config["seeds"]
              if system_runs(config, space, system, seed)}

@@ -70,9 +70,9 @@ def share_offset(system: str, stages: int) -> float:
 
     Only an order: a run that does not reproduce the reference computes its own key, a little later.
     """
-    if system == REFERENCE_SYSTEM and stages == 1:
+    if systems.base_name(system) == REFERENCE_SYSTEM and stages == 1:
         return 0.5
-    return -0.5 if stages == 1 or systems.get(system).causal else 0.0
+    return -0.5 if stages == 1 or systems.get(systems.base_name(system)).causal else 0.0
 
 
 def job_times_prefix(environ: Mapping[str, str]) -> str:

@@ -85,7 +85,7 @@ def job_rows(config: dict[str, Any], fitted: dict[str, Fitted]) -> list[JobRow]:
     rows: dict[tuple[str, str, str, int, bool], JobRow] = {}
     for f in fitted.values():
         job, e = f.job, f.estimate
-        system = job.out.split("/")[3] if job.rule == "ablation" else job.system
+        system = job.out.split("/")[3]  # the run's name: an ablation's variant, csp-mb rather than its csp
         key = (job.rule, job.space, system, job.stages, CACHE_ON in job.sets)
         seeds = rows[key].seeds + 1 if key in rows else 1
         rows[key] = JobRow(job.rule, job.space, system, job.stages, seeds, key[4], e.device_bytes / 1e9,

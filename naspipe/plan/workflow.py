@@ -21,7 +21,7 @@ from naspipe.errors import UsageError
 from naspipe.plan import datasets, paths
 from naspipe.plan import jobs as plan_jobs
 from naspipe.plan import resources as plan_resources
-from naspipe.plan.checks import ConfigError, check_references
+from naspipe.plan.checks import ConfigError, check_micro, check_references
 from naspipe.plan.cost import estimate
 from naspipe.plan.fit import Estimator, FitError, Fitted, fit_jobs
 from naspipe.plan.launch import check_local, nodes
@@ -98,16 +98,6 @@ def estimator(config: dict[str, Any], spec: str) -> Estimator:
     return lambda job: estimate(job.space, job.system, job.stages, job.steps, job.sets, spec, by, cpu=cpu)
 
 
-def micro_sets(micro: dict[str, Any], stages: int) -> list[str]:
-    """``--set`` options of a ``-mb`` system's simulation: ``simulate.micro`` (``micro_batches``: a number,
-    or ``Nx``: N times the stage count)."""
-    parts = micro["micro_batches"]
-    if isinstance(parts, str):
-        parts = int(parts.removesuffix("x")) * stages
-    return [f"--set micro_batches={parts}", f"--set split_backward={str(micro['split_backward']).lower()}",
-            f"--set priority={micro['priority']}"]
-
-
 def check_simulate(config: dict[str, Any]) -> None:
     """The ``simulate`` block's hardware loads and its largest stage count partitions every space."""
     sim = config.get("simulate")
@@ -150,6 +140,7 @@ class Workflow:
     def checked(cls, config: dict[str, Any], gpus: int | None) -> Workflow:
         """Check references, launch, simulate block and every job's fit; ``gpus``: ``--resources gpu=N``."""
         check_references(config)
+        check_micro(config)
         spec = hardware(config)
         launch = config.get("launch") or ("slurm" if os.environ.get("SLURM_JOB_ID") else "local")
         cuda = config["device"] == "cuda"
@@ -177,9 +168,10 @@ class Workflow:
     def ablation_runs(self) -> list[str]:
         return [job.out for job in plan_jobs.ablation_jobs(self.config)]
 
-    def reference_run(self, space: str, seed: int | str) -> str:
-        """The sequential one-stage run every run of ``space`` and ``seed`` is compared with."""
-        return plan_jobs.reference_run(space, int(seed))
+    def reference_run(self, space: str, seed: int | str, system: str = plan_jobs.REFERENCE_SYSTEM) -> str:
+        """The sequential one-stage run that the runs of ``system``, ``space`` and ``seed`` are compared with
+        (with the same schedule settings: sequential-mb for csp-mb)."""
+        return plan_jobs.reference_run(space, int(seed), system)
 
     def system_runs(self, space: str, system: str, seed: int | str) -> list[str]:
         """The runs of one system over every stage count (the reference itself left out)."""
@@ -292,8 +284,7 @@ class Workflow:
             if sim["cache"]:
                 args.append("--set cache.enabled=true")  # NASPipe with its context manager, as in the paper
             args.append(f"--set partition_mode={sim['partition_mode']}")
-        if w.system != system:  # <system>-mb: the micro-batched schedule of simulate.micro
-            args += micro_sets(sim["micro"], int(w.stages))
+        args += [f"--set {pair}" for pair in plan_jobs.system_sets(self.config, w.system, simulated=True)]
         return " ".join(args)
 
     def _spec(self, stem: str) -> str:

@@ -18,13 +18,15 @@ from matplotlib.figure import Figure
 DPI = 100
 
 
-def render(draw: Callable[[Any], None], ncols: int = 1, width: float = 6.0, height: float = 4.0) -> bytes:
-    """Call ``draw(axes)`` on a fresh figure of ``ncols`` panels (one axes if 1) and return PNG bytes."""
+def render(draw: Callable[[Any], None], ncols: int = 1, width: float = 6.0, height: float = 4.0,
+           nrows: int = 1) -> bytes:
+    """Call ``draw(axes)`` on a fresh figure of ``nrows`` x ``ncols`` panels (one axes if 1; else a flat array,
+    row by row) and return PNG bytes."""
     with sns.axes_style("whitegrid"), sns.plotting_context("notebook"):
-        fig = Figure(figsize=(width * ncols, height), dpi=DPI)
+        fig = Figure(figsize=(width * ncols, height * nrows), dpi=DPI)
         FigureCanvasAgg(fig)
-        axes = fig.subplots(1, ncols, squeeze=False)[0]
-        draw(axes if ncols > 1 else axes[0])
+        axes = fig.subplots(nrows, ncols, squeeze=False).flatten()
+        draw(axes if len(axes) > 1 else axes[0])
         fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
@@ -32,17 +34,24 @@ def render(draw: Callable[[Any], None], ncols: int = 1, width: float = 6.0, heig
 
 
 def render_facets(
-    draw: Callable[[Any, str], None], facets: list[str], width: float = 6.0, height: float = 4.0
+    draw: Callable[[Any, str], None], facets: list[str], width: float = 6.0, height: float = 4.0,
+    wrap: int | None = None,
 ) -> bytes:
-    """One panel per facet (e.g. per space), ``draw(ax, facet)`` in each; a placeholder when there is none."""
+    """One panel per facet (e.g. per space), ``draw(ax, facet)`` in each; a placeholder when there is none.
+    ``wrap``: at most that many panels a row (default: one row); panels left over in the last row are hidden."""
     if not facets:
         return render(no_data, 1, width, height)
+    ncols = min(len(facets), wrap or len(facets))
+    nrows = -(-len(facets) // ncols)
 
     def draw_all(axes: Any) -> None:
-        for ax, facet in zip(axes if len(facets) > 1 else [axes], facets, strict=True):
+        panels = list(axes) if len(facets) > 1 else [axes]
+        for ax, facet in zip(panels, facets, strict=False):
             draw(ax, facet)
+        for ax in panels[len(facets):]:
+            ax.set_axis_off()
 
-    return render(draw_all, len(facets), width, height)
+    return render(draw_all, ncols, width, height, nrows)
 
 
 def no_data(ax: Any) -> None:

@@ -1,9 +1,10 @@
-"""Step 5, compare: per space x system x seed, every stage count against sequential training (Table 3)."""
+"""Step 5, compare: per space x system x seed, every stage count against sequential training with the same
+schedule settings (Table 3)."""
 
 
 rule compare:
     input:
-        reference=lambda wc: W.reference_run(wc.space, wc.seed),
+        reference=lambda wc: W.reference_run(wc.space, wc.seed, wc.system),
         runs=lambda wc: W.system_runs(wc.space, wc.system, wc.seed),
     output:
         path("reproducibility"),

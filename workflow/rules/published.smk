@@ -1,7 +1,8 @@
 """Step 8, published: does this run reproduce the published results bit for bit? Every training run and every
 untimed table against the digests the repository holds for this config (workflow/published/config.json, made
 under numerics: portable; docs/numerics.md). published.json beside it is this run's own record: copied over the
-repository's file, it publishes this run."""
+repository's file, it publishes this run. results/report.md then opens with the verdict's sentence (the verdict
+reads the report's tables, so only this rule can know it)."""
 
 import json
 import shlex
@@ -13,6 +14,7 @@ rule published:
         REPORT_OUTPUTS,
         CALIBRATION_OUTPUTS,
         expected=PUBLISHED,
+        report_md=results("report.md"),
     output:
         md=report(
             results("published.md"),
@@ -30,4 +32,4 @@ rule published:
         results=lambda w, output: Path(output.json).parent,
     shell:
         "python -m naspipe published --results {params.results} --expected {input.expected} --config-json {params.config}"
-        " --out {output.md} --json {output.json} > {log} 2>&1"
+        " --out {output.md} --json {output.json} --report {input.report_md} > {log} 2>&1"
