@@ -23,6 +23,7 @@ from typing import Any
 from naspipe.config import Config, add_run_arguments, config_from_args, describe_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
+from naspipe.sim.batch import choose_batch
 from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
 from naspipe.sim.run import simulate_run
 from naspipe.sim.setup import TRACE_EVENTS, build_setup, default_trace_subnets, make_costs
@@ -51,7 +52,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                    "messages), or a profile CSV from 'naspipe profile' (default analytic)")
     p.add_argument("--batch", default="config",
                    help="samples per subnet step: 'config' (the space's batch_size), 'max' (the largest batch "
-                   "this system fits on the hardware, paper Table 2), or a number (default config)")
+                   "this system fits on the hardware, paper Table 2), 'best' (the batch, recompute and cache "
+                   "setting with the highest simulated throughput that fits; metrics.json's batch_search says "
+                   "which), or a number (default config)")
     p.add_argument("--partition-by", choices=["config", "costs"], default="config",
                    help="'config': partition as 'naspipe train' would (partition_costs, partition_file); 'costs': "
                    "by the simulated layers' compute, as a profile on that hardware would (default config)")
@@ -72,16 +75,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--trace-subnets {args.trace_subnets}: must be >= 0")
     metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch, args.partition_by,
                           args.trace_subnets)
-    keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency", "max_batch")
+    keys: tuple[str, ...] = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency",
+                             "max_batch")
+    if batch == "best":  # what the search chose
+        keys += ("batch_size", "recompute_effective", "cache_enabled")
     print(json.dumps({k: metrics[k] for k in keys}))
     return 0
 
 
+BATCH_MODES = ("config", "max", "best")
+
+
 def _batch(text: str) -> int | str:
-    if text in ("config", "max"):
+    if text in BATCH_MODES:
         return text
     if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"--batch {text!r}: expected 'config', 'max' or a positive integer")
+        raise UsageError(f"--batch {text!r}: expected 'config', 'max', 'best' or a positive integer")
     return int(text)
 
 
@@ -89,17 +98,26 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
                 batch: int | str = "config", partition_by: str = "config",
                 trace_subnets: int | None = None) -> dict[str, Any]:
     """Check everything, simulate, then write and publish ``out``; returns the metrics.
+    ``batch``: 'config', 'max', a number, or 'best' (the search of :mod:`naspipe.sim.batch` picks the batch,
+    recompute and cache; metrics.json's ``batch_search`` records it); ``batch_mode`` says which was asked.
     ``trace_subnets``: the trace's window (None: :func:`default_trace_subnets`)."""
     from dataclasses import replace
 
     from naspipe.runplan import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
-    setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
+    search = choose_batch(config, hardware, costs_spec, partition_by) if batch == "best" else None
+    if search is not None:
+        setup = search.setup
+    else:
+        setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
     if trace_subnets is not None:
         setup = replace(setup, trace_subnets=trace_subnets)
     with admission_bar(config.progress, setup.subnets) as on_admit:
         metrics, trace = simulate_run(setup, on_admit)
+    metrics["batch_mode"] = batch if isinstance(batch, str) else "fixed"
+    if search is not None:
+        metrics["batch_search"] = search.record
     metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch,
                          "partition_by": partition_by}
     if run_dir.work.exists():

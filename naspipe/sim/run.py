@@ -44,6 +44,7 @@ class SimSetup:
     recompute: bool  # as configured; a policy that forces it (pipedream) wins
     trace_max_events: int = 0
     batch: int | str = "config"  # "config": the space's batch_size; "max": the largest that fits; or a number
+    # ("best" is resolved before a setup is simulated: naspipe.sim.batch)
     cache: CacheConfig | None = None  # the context manager's settings (``cache.*`` config keys)
     trace_subnets: int = 0  # trace only the first and last N subnets (0: every subnet)
 
@@ -52,7 +53,8 @@ class SimSetup:
 # it the fork costs more than it saves
 BESIDE_TASKS = 500_000
 
-__all__ = ["SimSetup", "cache_budgets", "effective_recompute", "residency_for", "simulate_run", "uses_cache"]
+__all__ = ["SimSetup", "cache_budgets", "effective_recompute", "memory_fit", "residency_for", "simulate_run",
+           "uses_cache"]
 
 
 def uses_cache(setup: SimSetup) -> bool:
@@ -89,12 +91,9 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
                  ) -> tuple[dict[str, Any], list[dict[str, object]]]:
     """``(metrics, trace events)`` of one simulated run (at the largest batch that fits, if asked);
     ``on_admit``: the engine's progress callback (:func:`naspipe.sim.engine.simulate`)."""
-    recompute = effective_recompute(setup.system, setup.recompute)
-    setup = replace(setup, costs=with_weight_stash(setup.costs, systems.get(setup.system).stash_weights))
-    budgets = cache_budgets(setup) if uses_cache(setup) else None  # once: layer bytes do not depend on the batch
+    setup, recompute, budgets = _priced(setup)
     if setup.batch != "config":
-        fit = memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
-                            budgets).max_batch
+        fit = _memory(setup, recompute, budgets).max_batch
         batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     side = _path_and_memory(setup, recompute, budgets)
@@ -112,6 +111,26 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
 
 
+def memory_fit(setup: SimSetup) -> MemoryReport:
+    """The memory model of ``setup`` as :func:`simulate_run` prices it (the system's weight stash, its effective
+    recompute, the cache's budgets over all its subnets) at the cost model's batch: its ``max_batch`` is the batch
+    ``--batch max`` runs at, which ``--batch best`` asks of every setting it weighs."""
+    return _memory(*_priced(setup))
+
+
+def _priced(setup: SimSetup) -> tuple[SimSetup, bool, list[int] | None]:
+    """``setup`` with the system's weight stash in its costs, its effective recompute, and the cache's budgets
+    (computed once: layer bytes do not depend on the batch; None without the cache)."""
+    recompute = effective_recompute(setup.system, setup.recompute)
+    setup = replace(setup, costs=with_weight_stash(setup.costs, systems.get(setup.system).stash_weights))
+    return setup, recompute, cache_budgets(setup) if uses_cache(setup) else None
+
+
+def _memory(setup: SimSetup, recompute: bool, budgets: list[int] | None) -> MemoryReport:
+    """The memory model of a :func:`_priced` setup."""
+    return memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets, budgets)
+
+
 def _path_and_memory(setup: SimSetup, recompute: bool,
                      budgets: list[int] | None) -> Callable[[], tuple[float, MemoryReport]]:
     """The lower bound's longest path and the memory model: independent of the engine's events."""
@@ -121,8 +140,7 @@ def _path_and_memory(setup: SimSetup, recompute: bool,
         else:
             path = longest_path(setup.plan, setup.system, setup.subnets, setup.costs, recompute,
                                 shared_window=setup.options.shared_window)
-        return path, memory_report(setup.plan, setup.system, setup.costs, setup.options, recompute, setup.subnets,
-                                   budgets)
+        return path, _memory(setup, recompute, budgets)
     return compute
 
 
