@@ -91,6 +91,17 @@ def test_a_system_that_forces_its_recompute_only_searches_the_batch(tmp_path):
     assert len(batches) > 1 and batches == sorted(batches, reverse=True)
 
 
+def test_halving_a_setting_stops_at_the_first_slower_batch(tmp_path):
+    search = simulate(tmp_path / "best", "best", *SYSTEMS["csp-mb"])["batch_search"]
+    for setting in search["settings"]:
+        mine = [c for c in search["candidates"] if (c["recompute"], c["cache"]) == (setting["recompute"],
+                                                                                   setting["cache"])]
+        speeds = [c["throughput_samples_s"] for c in mine]
+        assert [c["batch"] for c in mine] == candidate_batches(setting["max_batch"], 4)[:len(mine)]
+        assert all(later >= earlier for earlier, later in zip(speeds[:-2], speeds[1:-1], strict=True))
+        assert len(mine) == len(candidate_batches(setting["max_batch"], 4)) or speeds[-1] < speeds[-2]
+
+
 def test_the_settings_each_system_may_choose():
     def of(*sets: str) -> list[Setting]:
         return settings(load_config(None, list(sets), {"space.name": "nlp.tiny", "stages": 3}))

@@ -13,9 +13,10 @@ search weighs each *setting* the system may choose:
 
 For each setting the memory model (:func:`naspipe.sim.run.memory_fit`, over the whole run's subnets)
 gives its largest batch; a setting fits when that batch holds at least one sample per micro-batch and
-the host holds its store. The first :data:`SAMPLE` subnets are simulated at that batch and at
-:data:`HALVINGS` halvings below it, and the run is simulated in full at the fastest candidate (the
-first of equals, in the order the candidates are tried: settings without recomputation, then without
+the host holds its store. The first :data:`SAMPLE` subnets are simulated at that batch and at up to
+:data:`HALVINGS` halvings below it (halving stops when it stops paying: a smaller batch is mostly
+slower, and the cache's samples are the search's cost); the run is simulated in full at the fastest
+candidate (the first of equals, in the order the candidates are tried: settings without recomputation, then without
 the cache; larger batches first). Everything is the deterministic simulator, so the choice is too.
 The setting is applied as the config keys ``recompute`` and ``cache.enabled`` and the setup rebuilt, so
 the chosen run is exactly ``naspipe simulate --set recompute=R --set cache.enabled=C --batch B``
@@ -96,8 +97,7 @@ def choose_batch(config: Config, hardware: Hardware, costs_spec: str, partition_
         setup = build_setup(setting_config(config, setting), hardware, costs_spec, partition_by)
         about, batches = _weigh(setup, setting, hardware)
         weighed.append(about)
-        for batch in batches:
-            speed = _sample_throughput(setup, batch)
+        for batch, speed in _sample_setting(setup, batches):
             tried.append({"batch": batch, "recompute": about["recompute"], "cache": setting.cache,
                           "throughput_samples_s": speed})
             if best is None or speed > best[0]:
@@ -128,6 +128,18 @@ def _weigh(setup: SimSetup, setting: Setting, hardware: Hardware) -> tuple[dict[
     about = {"recompute": rules.effective_recompute(setup.system, setting.recompute), "cache": setting.cache,
              "max_batch": memory.max_batch, "host_bytes": memory.host_bytes, "fits": fits}
     return about, candidate_batches(memory.max_batch, least) if fits else []
+
+
+def _sample_setting(setup: SimSetup, batches: list[int]) -> list[tuple[int, float]]:
+    """Each batch's sample throughput, largest batch first, stopping at the first halving that is slower than
+    the batch before it (a smaller batch mostly only adds per-task overhead; this keeps the search to about two
+    samples per setting)."""
+    out: list[tuple[int, float]] = []
+    for batch in batches:
+        out.append((batch, _sample_throughput(setup, batch)))
+        if len(out) > 1 and out[-1][1] < out[-2][1]:
+            break
+    return out
 
 
 def _sample_throughput(setup: SimSetup, batch: int) -> float:
