@@ -1,7 +1,7 @@
 """naspipe: reproducible pipelined supernet training; each sub-command is imported only when used.
 
-Exit status: 0 success; 1 a run failed or compared runs differ; 2 bad input (one line on
-stderr naming the problem, nothing written).
+Exit status: 0 success; 1 a run failed, compared runs differ, or the output could not be
+written to stdout; 2 bad input (one line on stderr naming the problem, nothing written).
 
 Why a table: importing every command to build one parser made ``naspipe compare`` load
 torch, and a command whose module failed to import vanished as "invalid choice". Here
@@ -23,7 +23,12 @@ one place that turns it into ``naspipe: error: ...`` and exit status 2. Argument
 by argparse itself (``--steps ten``, an invalid choice) get the same one line, without the
 usage text: every sub-parser is a :class:`OneLineParser`, because ``add_subparsers`` builds
 sub-parsers of its parent's class. A closed pipe (``naspipe compare a b | head -1``), Ctrl-C
-and a full disk end the command with one line (or none for the pipe) instead of a traceback.
+and a full disk end the command with one line (or none for the pipe) instead of a traceback. So
+does a stdout that cannot be written (``> /dev/full``): while a command runs, its writes to stdout
+go through :class:`_GuardedStdout`, so that failure is told apart from a full disk under the
+command's own files (exit 1, "its output was lost", never "resume an interrupted run"). Every
+error line is printed by :func:`print_error`, which escapes control characters: a newline in a
+path the user gave cannot split the one line in two.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from typing import NamedTuple, NoReturn, cast
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple, NoReturn, TextIO, cast
 
 from naspipe.errors import UsageError
 
@@ -80,7 +86,81 @@ class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose usage errors are one line, ``naspipe: error: ...``, exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"naspipe: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"naspipe: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control or other unprintable character escaped (``\\n``, ``\\x1b``, ``\\u2028``).
+
+    Why: an error line names what the user gave (a path, a value), and a newline or a terminal escape in
+    it would split the one line or rewrite the terminal; escaped, the line stays one and still names it.
+    """
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def print_error(message: str) -> None:
+    """The one ``naspipe: error: ...`` line on stderr (control characters escaped: :func:`one_line`)."""
+    print(f"naspipe: error: {one_line(message)}", file=sys.stderr)
+
+
+class StdoutLost(Exception):
+    """Writing the command's output to stdout failed (a full disk behind ``>``, an I/O error): what the command
+    printed is lost, whatever it did before. Not an OSError, so that no handler of the command's own file
+    writes takes it for a failure of its file, and the CLI says what was lost instead of "free some space"."""
+
+    def __init__(self, cause: OSError, message: str = "") -> None:
+        self.cause = cause
+        self.reason = cause.strerror or str(cause)
+        super().__init__(message or f"cannot write to standard output ({self.reason}); the command's output "
+                         "was lost")
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a failed write or flush raises :class:`StdoutLost`.
+
+    A closed pipe stays a BrokenPipeError (the reader went away: :func:`_closed_pipe`); everything but
+    ``write``, ``writelines`` and ``flush`` is the real stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        with _lost_on_error():
+            return self.stream.write(text)
+
+    def writelines(self, lines: Any) -> None:
+        with _lost_on_error():
+            self.stream.writelines(lines)
+
+    def flush(self) -> None:
+        with _lost_on_error():
+            self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def _lost_on_error() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise StdoutLost(exc) from exc
+
+
+@contextmanager
+def _stdout_guarded() -> Iterator[None]:
+    """Run a command with :class:`_GuardedStdout` as ``sys.stdout`` (the real stream back afterwards)."""
+    real = sys.stdout
+    guard = _GuardedStdout(real)
+    sys.stdout = cast(TextIO, guard)
+    try:
+        yield
+    finally:
+        if sys.stdout is cast(TextIO, guard):
+            sys.stdout = real
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -118,15 +198,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return interrupted()
     try:
-        return _runner(args.command)(args)
+        with _stdout_guarded():
+            status = _runner(args.command)(args)
+            sys.stdout.flush()  # here, so that a full stdout is reported as such, not by the interpreter's exit
+        return status
     except UsageError as exc:
-        print(f"naspipe: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return 2
+    except StdoutLost as exc:
+        _discard_stdout()
+        print_error(str(exc))
+        return 1
     except ModuleNotFoundError as exc:
         extra = EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
             raise
-        print(f"naspipe: error: {args.command} needs {exc.name}: pip install 'naspipe[{extra}]'", file=sys.stderr)
+        print_error(f"{args.command} needs {exc.name}: pip install 'naspipe[{extra}]'")
         return 2
     except BrokenPipeError:
         return _closed_pipe()
@@ -134,13 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupted()
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:  # a path the user gave (or one made from it): bad input
-            print(f"naspipe: error: {_too_long(exc)}", file=sys.stderr)
+            print_error(_too_long(exc))
             return 2
         if exc.errno != errno.ENOSPC:
             raise
         from naspipe.fsutil import no_space
 
-        print(f"naspipe: error: {no_space(exc.filename)}", file=sys.stderr)
+        print_error(no_space(exc.filename))
         return 1
 
 
@@ -149,7 +236,7 @@ def interrupted() -> int:
     from naspipe.runtime.lifecycle import ignore_further_signals
 
     ignore_further_signals()  # exiting: a second signal must not change the status
-    print("naspipe: error: interrupted by SIGINT", file=sys.stderr)
+    print_error("interrupted by SIGINT")
     return 128 + signal.SIGINT
 
 
@@ -164,12 +251,18 @@ def _too_long(exc: OSError) -> str:
 
 def _closed_pipe() -> int:
     """The reader of stdout went away (``| head``): stop quietly, like a Unix tool killed by SIGPIPE."""
+    _discard_stdout()
+    return 128 + signal.SIGPIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout's descriptor at /dev/null: what is still buffered is lost anyway, and the interpreter's
+    final flush must not fail again (a second report, "Exception ignored ...", and exit status 120)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from naspipe.config import add_run_arguments, config_from_args, describe_keys
 
@@ -67,20 +68,39 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args, checkpoint_every=args.checkpoint_every, subnet=_subnet_choices(args.subnet))
     numerics.apply(config.numerics)  # before torch loads (with the launcher): it picks its kernels once
 
+    from naspipe.cli import print_error
     from naspipe.runtime.launch import StageFailed, train
     from naspipe.runtime.lifecycle import Interrupted, ignore_further_signals
 
     try:
         metrics = train(config, args.out, args.resume, overwrite=args.overwrite)
     except (StageFailed, RunDirGone) as exc:
-        print(f"naspipe: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return 1
     except Interrupted as exc:
         ignore_further_signals()  # a SIGTERM after the Ctrl-C must not turn this exit into 143
-        print(f"naspipe: error: {exc}; the stages were stopped and nothing was published "
-              "(a complete checkpoint, if any, can be resumed with --resume)", file=sys.stderr)
+        print_error(f"{exc}; the stages were stopped and nothing was published "
+                    "(a complete checkpoint, if any, can be resumed with --resume)")
         return exc.exit_code
     if metrics is not None:
-        keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "wall_s")
-        print(json.dumps({k: metrics[k] for k in keys}))
+        _print_summary(metrics, args.out)
     return 0
+
+
+def _print_summary(metrics: dict[str, Any], out: Path) -> None:
+    """The run's one-line summary on stdout, flushed now.
+
+    The run is published before it is printed: a stdout that cannot take the line (a full disk behind
+    ``>``) loses the line, not the run, and the error must say so, not call the run interrupted (exit
+    status 1 all the same: output was lost). The same figures are in ``DIR/metrics.json``.
+    """
+    from naspipe.cli import StdoutLost
+
+    keys = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "wall_s")
+    try:
+        print(json.dumps({k: metrics[k] for k in keys}))
+        sys.stdout.flush()
+    except StdoutLost as exc:
+        raise StdoutLost(exc.cause, f"the run is complete and published in {out}, but its summary could not be "
+                         f"written to standard output ({exc.reason}); the summary is in "
+                         f"{out / 'metrics.json'}") from None
