@@ -60,7 +60,12 @@ def replace_line(index: int, old: bytes, new: bytes) -> Callable[[bytes], bytes]
 
 
 def train(*args: str) -> tuple[str, ...]:
-    return ("train", "--steps", "4", *SMALL, *args, "--out", "{out}")
+    """A small run's command; a key the case sets (or its section) replaces SMALL's: the command line refuses a key
+    given twice."""
+    given = {args[i + 1].partition("=")[0] for i in range(len(args) - 1) if args[i] == "--set"}
+    small = [a for flag, item in zip(SMALL[::2], SMALL[1::2], strict=True)
+             if not {item.partition("=")[0], item.partition(".")[0]} & given for a in (flag, item)]
+    return ("train", "--steps", "4", *small, *args, "--out", "{out}")
 
 
 CASES = [

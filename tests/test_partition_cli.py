@@ -62,22 +62,17 @@ def test_a_file_for_another_run_is_a_one_line_error_and_nothing_is_written(tmp_p
     other_space = tmp_path / "other.json"
     other_space.write_text(json.dumps({**json.loads(path.read_text()), "space": "cv.tiny"}))
     capsys.readouterr()
-    base = [
-        "train",
-        "--space",
-        "toy",
-        "--system",
-        "csp",
-        "--steps",
-        "2",
-        *SPACE_SETS,
-        "--set",
-        f"partition_file={path}",
-    ]
+    base = ["train", "--space", "toy", "--system", "csp", "--steps", "2"]
+
+    def sets(*items: str) -> list[str]:  # each key once (a repeated --set is refused): an item replaces SMALL's
+        given = {item.partition("=")[0] for item in items}
+        return [a for s in SMALL if s.startswith("space.") and s.partition("=")[0] not in given
+                for a in ("--set", s)] + [a for s in items for a in ("--set", s)]
+
     cases = [
-        (["--stages", "2"], "made for 3 stages"),
-        (["--stages", "3", "--set", "space.blocks=5"], "positions"),
-        (["--stages", "3", "--set", f"partition_file={other_space}"], "made for space 'cv.tiny'"),
+        (["--stages", "2", *sets(f"partition_file={path}")], "made for 3 stages"),
+        (["--stages", "3", *sets(f"partition_file={path}", "space.blocks=5")], "positions"),
+        (["--stages", "3", *sets(f"partition_file={other_space}")], "made for space 'cv.tiny'"),
     ]
     for extra, why in cases:
         out = tmp_path / "run"

@@ -12,8 +12,11 @@ SMALL = ["--set", "space.blocks=6", "--set", "space.candidates=3", "--set", "spa
 
 
 def train(out: Path, system: str, stages: int, seed: int, *extra: str, steps: int = 10) -> Path:
+    given = {extra[i + 1].partition("=")[0] for i in range(len(extra) - 1) if extra[i] == "--set"}
+    small = [a for flag, item in zip(SMALL[::2], SMALL[1::2], strict=True) if item.partition("=")[0] not in given
+             for a in (flag, item)]  # a key of extra replaces SMALL's: the command line refuses a key given twice
     result = run_cli("train", "--system", system, "--stages", str(stages), "--steps", str(steps),
-                     "--seed", str(seed), "--out", str(out), *SMALL, *extra)
+                     "--seed", str(seed), "--out", str(out), *small, *extra)
     assert result.returncode == 0, result.stderr
     return out
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from naspipe.config.loading import refuse_repeated_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import check_out_file
 from naspipe.partition import balanced_partition
@@ -65,6 +66,7 @@ def compute(
 
 def space_options(items: list[str]) -> dict[str, Any]:
     """``["space.dim=64", "blocks=4"]`` -> ``{"dim": 64, "blocks": 4}`` (values parsed as YAML scalars)."""
+    refuse_repeated_keys(items, strip="space.")  # the last value would win without a word
     options: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")

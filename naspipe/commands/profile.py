@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from naspipe.config import parse_override
+from naspipe.config.loading import refuse_repeated_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write_text, check_creatable
 
@@ -43,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def space_options(items: list[str]) -> dict[str, object]:
     """``--set`` items as space options; ``space.dim=64`` and ``dim=64`` mean the same."""
+    refuse_repeated_keys(items, strip="space.")  # the last value would win without a word
     pairs = (parse_override(item) for item in items)
     return {key.removeprefix("space."): value for key, value in pairs}
 

@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from naspipe.config.loading import load_config
+from naspipe.config.loading import load_config, refuse_repeated_keys
 from naspipe.config.schema import Config
 
 
@@ -48,7 +48,9 @@ def add_run_arguments(p: argparse.ArgumentParser, steps_help: str) -> None:
 
 
 def config_from_args(args: argparse.Namespace, **flags: Any) -> Config:
-    """The config of :func:`add_run_arguments`' flags plus a command's own ``flags`` (dotted keys)."""
+    """The config of :func:`add_run_arguments`' flags plus a command's own ``flags`` (dotted keys); each
+    ``--set`` key given once (:func:`~naspipe.config.loading.refuse_repeated_keys`)."""
+    refuse_repeated_keys(args.overrides)
     explicit = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
                 "seed": args.seed, **flags}
     return load_config(args.config, args.overrides, explicit)

@@ -80,9 +80,52 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = load_unique(text)
     except yaml.YAMLError as exc:
         problem = str(getattr(exc, "problem", None) or exc).splitlines()[0]
-        shown = text if len(text) <= 60 else f"{text[:57]}..."
-        raise UsageError(f"--set {key}: cannot parse value {shown!r} as YAML ({problem})") from None
+        raise UsageError(f"--set {key}: cannot parse value {_shown(text)} as YAML ({problem})") from None
     return key, value
+
+
+def refuse_repeated_keys(items: Sequence[str], strip: str = "") -> None:
+    """A UsageError naming the key when two ``--set`` items give one key (``strip``: a prefix that names nothing,
+    as ``space.`` for the space options of ``profile`` and ``partition``).
+
+    Why: the last value would win without a word, and an invalid earlier one (``--set micro_batches=banana
+    --set micro_batches=1``) would never be checked. A section given after one of its own keys
+    (``--set cache.budget=2x --set 'cache={...}'``) drops that key the same way, and is refused too. Called
+    by the command line only: the library's :func:`load_config` keeps the last value, which is how the
+    workflow's ``train_options`` override its own keys (before it writes a command line once per key).
+    """
+    seen: dict[str, str] = {}
+    for item in items:
+        key = item.partition("=")[0].strip().removeprefix(strip)
+        for earlier, first in seen.items():
+            if key == earlier:
+                raise UsageError(f"--set {key!r} given twice ({_shown(first)}, then {_shown(item)}); "
+                                 "give each key once")
+            if earlier.startswith(key + "."):
+                raise UsageError(f"--set {key!r} would replace the earlier --set {earlier!r} ({_shown(first)}); "
+                                 "give each key once")
+            if key.startswith(earlier + ".") and _holds(first, key.removeprefix(earlier + ".")):
+                raise UsageError(f"--set {key!r} given twice ({_shown(first)}, then {_shown(item)}); "
+                                 "give each key once")
+        seen[key] = item
+
+
+def _holds(item: str, path: str) -> bool:
+    """Whether the mapping ``item`` sets (``cache={budget: 3x}``) has the dotted key ``path`` (``budget``)."""
+    try:
+        node = parse_override(item)[1]
+    except UsageError:  # not YAML: no mapping, so no key in it (the value's own error comes when it is read)
+        return False
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _shown(item: str) -> str:
+    """An item as an error quotes it: repr, cut to 60 characters."""
+    return repr(item if len(item) <= 60 else f"{item[:57]}...")
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

@@ -65,8 +65,11 @@ def calibration_outputs(simulate: dict[str, Any]) -> list[str]:
 
 
 def set_args(pairs: Iterable[str]) -> str:
-    """Quoted ``--set K=V ...`` for a shell command."""
-    return " ".join(f"--set {shlex.quote(pair)}" for pair in pairs)
+    """Quoted ``--set K=V ...`` for a shell command, each key once: a later pair replaces an earlier one's value
+    (``train_options`` override the workflow's own keys, config/README.md), since naspipe refuses a key given
+    twice on its command line."""
+    last = {pair.partition("=")[0].strip(): pair for pair in pairs}
+    return " ".join(f"--set {shlex.quote(pair)}" for pair in last.values())
 
 
 def space_options(config: dict[str, Any], space: str, with_data: bool = True) -> list[str]:
