@@ -34,6 +34,14 @@ CACHE_SYSTEMS = systems.with_capability("uses_cache")
 MICRO_SYSTEMS = tuple(name for name in systems.names() if supports_micro_batches(name))
 
 
+# timeout_s bounds every wait of a stage on its peers: the process group's rendezvous and connections (rank 0
+# prepares the run directory, a checkpoint's copy included, while the others wait there), each message, each
+# barrier (a peer writing its checkpoint shard) and a stage's wait with nothing runnable. Below 10 s a busy
+# machine fails healthy runs in torch's own tracebacks (0.001 s: gloo's connect timed out, once a segfault);
+# above a week torch's timers overflow (1e10 s: a recv "timed out waiting 10000000000000ms"; 1e11 s hung).
+TIMEOUT_RANGE = (10, 7 * 24 * 3600)
+
+
 def _baseline_inflight(config: Config) -> int:
     """Subnets a baseline holds between a forward and its update: its bulk (gpipe, vpipe), ``D`` (pipedream).
     Under windowed shared layers the window must cover them, or a subnet would need a window not yet applied."""
@@ -63,7 +71,8 @@ def _check_ranges(config: Config) -> None:
         ("keep_checkpoints", config.keep_checkpoints >= 1, "must be >= 1"),
         ("trace_max_events", config.trace_max_events >= 0, "must be >= 0"),
         ("threads", config.threads >= 1, "must be >= 1"),
-        ("timeout_s", _finite(config.timeout_s) and config.timeout_s > 0, "must be a finite number > 0"),
+        ("timeout_s", TIMEOUT_RANGE[0] <= config.timeout_s <= TIMEOUT_RANGE[1],
+         f"must be between {TIMEOUT_RANGE[0]} and {TIMEOUT_RANGE[1]} seconds (a week)"),
         ("optimizer.lr", _finite(o.lr) and o.lr > 0, "must be a finite number > 0"),
         ("optimizer.momentum", _finite(o.momentum) and 0 <= o.momentum <= 1, "must be in [0, 1]"),
         ("optimizer.weight_decay", _finite(o.weight_decay) and o.weight_decay >= 0, "must be a finite number >= 0"),
@@ -85,6 +94,15 @@ def _check_ranges(config: Config) -> None:
         if not ok:
             value = config.space.get("name") if key == "space.name" else _get(config, key)
             raise UsageError(f"config key {key!r}: {value!r} {why}")
+
+
+def check_parts(micro_batches: int, batch_size: object, what: str = "space.batch_size") -> None:
+    """Every micro-batch part must hold at least one sample: one line (exit 2) before any stage starts or any
+    simulated task is priced. Here, torch-free, because the runtime (``space.batch_size``), the simulator and
+    ``plan`` (the batch they simulate, which ``--batch`` may set) all ask it."""
+    if isinstance(batch_size, int) and not isinstance(batch_size, bool) and micro_batches > batch_size:
+        raise UsageError(f"micro_batches {micro_batches} exceeds {what} {batch_size}: a batch of {batch_size} "
+                         f"cannot be split into {micro_batches} parts of at least one sample each")
 
 
 def _finite(value: float) -> bool:

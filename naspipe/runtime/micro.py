@@ -34,6 +34,7 @@ import time
 import torch
 from torch.func import functional_call
 
+from naspipe.config.validation import check_parts as check_parts  # launch checks parts from here; torch-free there
 from naspipe.errors import UsageError
 from naspipe.runtime.executor import Grads, ParamGrads, StageExecutor, _leaf, _trainable, _Unit
 from naspipe.space.base import Batch, LayerContext, State
@@ -51,13 +52,6 @@ def split_batch(batch: Batch, parts: int) -> tuple[list[Batch], list[float]]:
     cut = [Batch(tuple(s[j] for s in inputs), tuple(s[j] for s in targets)) for j in range(parts)]
     scales = [1.0 if parts == 1 else int(b.inputs[0].shape[0]) / rows for b in cut]
     return cut, scales
-
-
-def check_parts(micro_batches: int, batch_size: object) -> None:
-    """Before any stage starts: every part must hold at least one sample (one line, exit 2)."""
-    if isinstance(batch_size, int) and not isinstance(batch_size, bool) and micro_batches > batch_size:
-        raise UsageError(f"micro_batches {micro_batches} exceeds space.batch_size {batch_size}: "
-                         "each part needs at least one sample")
 
 
 class MicroExecutor:

@@ -34,6 +34,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from naspipe.config.validation import check_parts
 from naspipe.scheduling.driver import DeadlockError
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
@@ -51,8 +52,7 @@ INPUT_SHARE = 0.5  # of a backward's kernels, the input gradient's (the weight g
 
 def part_fractions(batch: int, parts: int) -> list[float]:
     """Each part's share of the batch, as ``torch.tensor_split`` cuts it (the first ``batch % parts`` larger)."""
-    if batch < parts:
-        raise ValueError(f"batch {batch} cannot be split into {parts} micro-batches")
+    check_parts(parts, batch, "the batch")  # one line: simulate and plan reach here with the batch they price
     small, extra = divmod(batch, parts)
     return [(small + (j < extra)) / batch for j in range(parts)]
 
