@@ -227,19 +227,24 @@ def _reaped(pid: int, timeout_s: float | None) -> bool:
 
 
 def die_with_env_process() -> None:
-    """End this process (SIGTERM to itself) when the process named by ``NASPIPE_DIE_WITH`` ends."""
+    """End this process (SIGTERM to itself) when the process named by ``NASPIPE_DIE_WITH`` ends.
+
+    A process that is not running when the run starts is a one-line error (exit 2), not a silent SIGTERM
+    (exit 143, nothing on stderr): whether it ended a moment ago or never was (a mistyped pid), the user
+    must be told why nothing ran. The run starts nothing before this check.
+    """
+    from naspipe.errors import UsageError
+
     value = os.environ.get(DIE_WITH_ENV, "").strip()
     if not value:
         return
     if not value.isdigit() or int(value) < 1:
-        from naspipe.errors import UsageError
-
         raise UsageError(f"environment variable {DIE_WITH_ENV}: expected a process id, got {value!r}")
-    _die_with_parent()
     pid = int(value)
     if not alive(pid):
-        os.kill(os.getpid(), signal.SIGTERM)
-        return
+        raise UsageError(f"environment variable {DIE_WITH_ENV}: process {pid} is not running, and this run is "
+                         "to end when it ends; nothing was started")
+    _die_with_parent()
     threading.Thread(target=_watch, args=(pid,), name="naspipe-die-with", daemon=True).start()
 
 
