@@ -6,6 +6,12 @@ first layers whose tensors differ, which is where to start looking. A run whose 
 pass the one run verifier (:func:`naspipe.rundigest.verify_run`, which ``reproducibility``
 and ``report`` use too) is damaged, not different: that is a one-line error (exit 2), never
 a verdict.
+
+A verdict also names the settings that define the reference (DESIGN.md section 2: precision, numerics,
+threads, micro-batches, a split backward) where the runs differ in one: two such runs answer to different
+references, so their bits agreeing is a fact of the device, not of the code (fp32 and tf32 compute the same
+bits on a CPU, which has no TF32 kernels), and their bits differing is expected. The layout (system,
+stages, partitions, cache) is never named: runs are compared across it.
 """
 
 from __future__ import annotations
@@ -15,11 +21,15 @@ import io
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from naspipe.errors import UsageError
+from naspipe.fsutil import read_json_object
 from naspipe.rundigest import verify_run
 
 RUN_FILES = ("losses.csv", "layer_hashes.csv", "weights.sha256")
+# metrics.json's config keys that each define what ``sequential`` computes (DESIGN.md section 2)
+REFERENCE_SETTINGS = ("precision", "numerics", "threads", "micro_batches", "split_backward")
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,8 @@ class RunRecord:
     layers: dict[int, str]
     weights: str
     digests: dict[str, str] = field(default_factory=dict)  # SHA-256 of each file read, as verified
+    settings: dict[str, Any] = field(default_factory=dict)  # its REFERENCE_SETTINGS (none for runs without)
+    device: str = ""  # the device type its stages computed on ("" if metrics.json does not say)
 
 
 def read_run(path: Path, undigested: Collection[Path] = ()) -> RunRecord:
@@ -49,7 +61,18 @@ def read_run(path: Path, undigested: Collection[Path] = ()) -> RunRecord:
             raise
         raise UsageError(f"{weights_path}: {exc}") from None
     digests = verify_run(path, undigested)  # after parsing: a malformed row is named by line
-    return RunRecord(path, losses, layers, weights, digests)
+    settings, device = _reference_settings(path)
+    return RunRecord(path, losses, layers, weights, digests, settings, device)
+
+
+def _reference_settings(path: Path) -> tuple[dict[str, Any], str]:
+    """The run's :data:`REFERENCE_SETTINGS` and device from its metrics.json (verified an object already);
+    none for a run whose metrics.json holds no config (made before it did)."""
+    metrics = read_json_object(path / "metrics.json", str(path / "metrics.json"))
+    config = metrics.get("config")
+    settings = {key: config[key] for key in REFERENCE_SETTINGS if key in config} if isinstance(config, dict) else {}
+    device = metrics.get("device")
+    return settings, device if isinstance(device, str) else ""
 
 
 def _column_map(path: Path, key: str, value: str, check: Callable[[str], str]) -> dict[int, str]:
@@ -130,18 +153,42 @@ def compare_pair(a: RunRecord, b: RunRecord) -> list[str]:
     return problems
 
 
+def differing_settings(a: RunRecord, b: RunRecord) -> list[str]:
+    """``"precision fp32 vs tf32"`` for each reference setting both runs record and differ in."""
+    keys = [key for key in REFERENCE_SETTINGS if key in a.settings and key in b.settings]
+    return [f"{key} {_shown(a.settings[key])} vs {_shown(b.settings[key])}" for key in keys
+            if a.settings[key] != b.settings[key]]
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _devices(a: RunRecord, b: RunRecord) -> str:
+    """Where two runs computed: ``on cpu``, ``on cpu and cuda``, or ``where they ran`` when a run does not say."""
+    if not (a.device and b.device):
+        return "where they ran"
+    return f"on {a.device}" if a.device == b.device else f"on {a.device} and {b.device}"
+
+
 def compare_runs(paths: list[Path], undigested: Collection[Path] = ()) -> tuple[bool, str]:
+    """Whether every run is bitwise the first, and the report: a verdict per run (module docstring)."""
     if len(paths) < 2:
         raise UsageError("compare needs at least two run directories")
     runs = [read_run(p, undigested) for p in paths]
-    lines, same = [], True
-    for other in runs[1:]:
-        problems = compare_pair(runs[0], other)
-        if problems:
-            same = False
-            lines.append(f"DIFFERENT: {runs[0].path} vs {other.path}")
-            lines.extend(f"  {p}" for p in problems)
-        else:
-            detail = f"{len(other.losses)} losses, weights {other.weights[:16]}"
-            lines.append(f"IDENTICAL: {runs[0].path} vs {other.path} ({detail})")
-    return same, "\n".join(lines)
+    verdicts = [_verdict(runs[0], other) for other in runs[1:]]
+    return all(same for same, _ in verdicts), "\n".join(line for _, lines in verdicts for line in lines)
+
+
+def _verdict(a: RunRecord, b: RunRecord) -> tuple[bool, list[str]]:
+    """``b`` against the reference run ``a``: whether bitwise equal, and the verdict's lines."""
+    problems = compare_pair(a, b)
+    differ = differing_settings(a, b)
+    settings = f"settings differ: {', '.join(differ)}"
+    if problems:
+        named = [f"  {settings} (each defines its own reference: different bits are expected)"] if differ else []
+        return False, [f"DIFFERENT: {a.path} vs {b.path}", *named, *(f"  {p}" for p in problems)]
+    detail = f"{len(b.losses)} losses, weights {b.weights[:16]}"
+    if differ:
+        detail += f"; {settings}; {_devices(a, b)} they compute the same bits"
+    return True, [f"IDENTICAL: {a.path} vs {b.path} ({detail})"]
