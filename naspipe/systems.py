@@ -87,6 +87,10 @@ def rank(name: str) -> int:
 MICRO_SUFFIX = "-mb"
 """What tables and figures append to a system's name when its run used a micro-batched schedule."""
 
+MICRO_SCHEDULE: dict[str, Any] = {"micro_batches": 4, "split_backward": True, "priority": "critical"}
+"""The schedule a ``-mb`` name asks for (``naspipe train --system csp-mb``; a workflow's ``micro`` block) where the
+run does not say otherwise: 4 parts fit every preset's batch (8 samples and up); a plan sets its own count."""
+
 
 def schedule_name(system: str, config: Mapping[str, Any]) -> str:
     """How the report names a run of ``system`` with run settings ``config``: the system itself for the

@@ -45,7 +45,22 @@ def load_config(
         _set_dotted(data, key, value)
     if isinstance(data.get("space"), dict):
         data["space"].setdefault("name", "toy")
+    _schedule_name(data)
     return config_from_dict(data)
+
+
+def _schedule_name(data: dict[str, Any]) -> None:
+    """A ``-mb`` system name (``csp-mb``: the fast NASPipe; ``sequential-mb``: its reference) is the system with
+    :data:`naspipe.systems.MICRO_SCHEDULE`'s keys, each unless the run sets it: the name the report gives such a
+    run (:func:`naspipe.systems.schedule_name`) is also the one a user trains it by."""
+    from naspipe import systems
+
+    name = data.get("system")
+    if not isinstance(name, str) or not systems.is_micro_name(name) or systems.base_name(name) not in systems.names():
+        return
+    data["system"] = systems.base_name(name)
+    for key, value in systems.MICRO_SCHEDULE.items():
+        data.setdefault(key, value)
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

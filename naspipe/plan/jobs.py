@@ -15,7 +15,7 @@ from naspipe import systems
 from naspipe.plan import paths
 
 REFERENCE_SYSTEM = "sequential"  # every comparison is against sequential training on one stage
-MICRO_DEFAULTS = {"micro_batches": 16, "split_backward": True, "priority": "critical"}  # the schema's defaults
+MICRO_DEFAULTS = systems.MICRO_SCHEDULE  # the schema's defaults of the micro block
 ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
     "naspipe": ("csp", "per-subnet"),
     "no-predictor": ("csp-no-predictor", "per-subnet"),

@@ -108,7 +108,10 @@ def check_simulate(config: dict[str, Any]) -> None:
         return
     from naspipe.sim.hardware import load_hardware
 
+    batch = sim.get("batch", "max")
     for spec in sim_hardware(sim):
+        if isinstance(batch, dict) and spec not in batch:
+            raise ConfigError("simulate.batch", f"no mode for hardware {spec!r} (the mapping names {', '.join(batch)})")
         try:
             hardware = load_hardware(spec)
         except UsageError as exc:
@@ -123,6 +126,18 @@ def check_simulate(config: dict[str, Any]) -> None:
                 estimate(space, "csp", max(sim["stages"]), 1, (), spec)
             except UsageError as exc:
                 raise ConfigError("simulate.stages", f"{space}: {exc}") from exc
+
+
+def sim_batch(sim: dict[str, Any], hardware: str) -> str:
+    """``simulate.batch`` for the spec whose results directory is ``hardware``: one mode for every spec, or a
+    mapping from spec (as ``simulate.hardware`` names it) to mode."""
+    batch = sim["batch"]
+    if not isinstance(batch, dict):
+        return str(batch)
+    spec = next(spec for spec in sim_hardware(sim) if Path(spec).stem == hardware)
+    if spec not in batch:
+        raise ConfigError("simulate.batch", f"no mode for hardware {spec!r} (the mapping names {', '.join(batch)})")
+    return str(batch[spec])
 
 
 def sim_hardware(sim: dict[str, Any]) -> list[str]:
@@ -278,7 +293,7 @@ class Workflow:
         system = systems.base_name(w.system)
         args = [f"--space {shlex.quote(w.space)}", f"--system {system}", f"--stages {w.stages}",
                 f"--steps {sim['steps']}", f"--seed {sim['seed']}", f"--hardware {shlex.quote(self._spec(w.hardware))}",
-                f"--costs {shlex.quote(str(sim['costs']))}", f"--batch {sim['batch']}",
+                f"--costs {shlex.quote(str(sim['costs']))}", f"--batch {sim_batch(sim, w.hardware)}",
                 f"--partition-by {sim['partition_by']}", f"--set optimizer.name={sim['optimizer']['name']}",
                 f"--set optimizer.momentum={sim['optimizer']['momentum']}"]
         if sim.get("precision", "fp32") != "fp32":  # (fp32 is the default: the paper's commands stay as they were)

@@ -1,0 +1,29 @@
+"""``--system csp-mb`` (the fast NASPipe) and ``sequential-mb`` (its reference): the report's names for the
+micro-batched schedule are names a user trains by; the run's own settings win over the name's defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from naspipe import systems
+from naspipe.config import load_config
+from naspipe.errors import UsageError
+
+
+def test_a_micro_batched_name_is_its_system_with_the_schedules_defaults() -> None:
+    config = load_config(None, [], {"system": "csp-mb"})
+    assert (config.system, config.micro_batches, config.split_backward, config.priority) == (
+        "csp", systems.MICRO_SCHEDULE["micro_batches"], True, "critical")
+    assert systems.schedule_name(config.system, config.to_dict()) == "csp-mb"
+    reference = load_config(None, [], {"system": "sequential-mb"})
+    assert (reference.system, reference.micro_batches) == ("sequential", config.micro_batches)
+
+
+def test_the_runs_own_settings_win_over_the_names_defaults() -> None:
+    config = load_config(None, ["micro_batches=2", "priority=fifo"], {"system": "csp-mb"})
+    assert (config.micro_batches, config.split_backward, config.priority) == (2, True, "fifo")
+
+
+def test_a_baseline_has_no_micro_batched_schedule() -> None:
+    with pytest.raises(UsageError, match="needs system sequential or csp"):
+        load_config(None, [], {"system": "gpipe-mb"})
