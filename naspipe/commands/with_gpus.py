@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry (``python -m naspipe.commands.with_gpus``), cheaper to start than the full CLI."""
-    from naspipe.cli import OneLineParser
+    from naspipe.cli import OneLineParser, print_error
 
     parser: argparse.ArgumentParser = OneLineParser(prog="naspipe")
     add_parser(parser.add_subparsers(dest="command", required=True))
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except UsageError as exc:
-        print(f"naspipe: error: {exc}", file=sys.stderr)
+        print_error(str(exc))
         return 2
 
 

@@ -139,7 +139,7 @@ class Config:
         "(autocast around each layer, fp32 parameters and optimizer state); part of the reference: csp equals "
         "sequential at the same precision (naspipe/precision.py)", default="fp32"
     )
-    timeout_s: float = _doc("seconds a stage waits on a peer before failing the run", default=300.0)
+    timeout_s: float = _doc("seconds a stage waits on a peer before failing the run (10 s to a week)", default=300.0)
     progress: Literal["auto", "on", "off"] = _doc(
         "progress bar on stderr (train: subnets done on the last stage; simulate: subnets admitted; "
         "auto: when a terminal)", default="auto"
