@@ -29,7 +29,7 @@ from naspipe.runtime.recorder import Recorder
 from naspipe.runtime.swap import HostSwapper
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import StagePolicy
-from naspipe.scheduling.policies.micro import as_plain
+from naspipe.scheduling.policies.micro import as_plain, starts_hold
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, MicroTask, Task
 
@@ -155,9 +155,9 @@ class MicroStage:
             worker.recorder.span("waiting", f"copy-wait {task}", start, worker.recorder.now(), task.subnet)
 
     def _cache_out(self, task: MicroTask) -> None:
-        """Unpin the task's layers, except what the subnet's update still needs: from its first backward
-        (without recomputation, on the last stage too, its first forward) to its update, as for m = 1. The
-        gradients are counted once, when part 0's first land."""
+        """Unpin the task's layers, except what the subnet's update still needs: from the first task that starts
+        a hold (:func:`starts_hold`, the rule the policy's ``one_holder`` follows) to its update. The gradients
+        are counted once, when part 0's first land."""
         worker, context = self.worker, self.worker.context
         assert context is not None
         if task.kind is UPDATE:
@@ -167,7 +167,7 @@ class MicroStage:
         if task.micro == 0 and task.kind is (WEIGHT if self.split else BACKWARD):
             context.note_gradients(layers)
         dirty = [x for x in layers if task.kind is FORWARD and worker._has_buffers(x)]
-        if (task.kind is not FORWARD or not self.executor.recompute) and task.subnet not in worker._held:
+        if starts_hold(task.kind, worker.is_last) and task.subnet not in worker._held:
             worker._held[task.subnet] = (layers, dirty)
             return
         context.end(layers, dirty=dirty)

@@ -51,7 +51,7 @@ from heapq import heapify, heappop, heappush
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions
 from naspipe.scheduling.policies.csp import CSP
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, MicroTask, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task
 
 Part = tuple[int, int]  # (subnet, micro-batch)
 
@@ -187,7 +187,8 @@ class MicroCSP(CSP):
             return None
         if not self._one_holder or holder is None or heap[0][0] == holder:
             part = heappop(heap)
-            self._hold(part[0])
+            if starts_hold(BACKWARD, self.is_last):
+                self._hold(part[0])
             return part
         mine = min((p for p in heap if p[0] == holder), default=None)
         if mine is None:
@@ -216,7 +217,7 @@ class MicroCSP(CSP):
                 ready.remove(y)
                 heapify(ready)
             del self._pending_f[y]
-        if self.is_last:
+        if starts_hold(FORWARD, self.is_last):
             self._hold(y)
         return y, j
 
@@ -278,10 +279,19 @@ MICRO_POLICIES: dict[str, type[MicroCSP]] = {"csp": MicroCSP, "sequential": Micr
 """The systems that run micro-batched schedules (the others refuse ``micro_batches`` > 1 or a split)."""
 
 
+def starts_hold(kind: Kind, is_last: bool) -> bool:
+    """Whether a task of ``kind`` leaves its subnet's layers held on the stage (kept on the device, with the
+    context manager) until the subnet's update there: a backward part (its weight gradients wait for the update),
+    and on the last stage a forward part (it keeps its state for the backward that follows at once instead of
+    recomputing it). The one statement of the rule: the policy's ``one_holder`` and the runtime's cache both
+    read it."""
+    return kind is not FORWARD or is_last
+
+
 def as_plain(task: MicroTask) -> Task:
     """The subnet-level task whose layers ``task`` uses (a weight task: the backward's)."""
     kind = BACKWARD if task.kind is WEIGHT else task.kind
     return Task(kind, task.subnet, task.stage)
 
 
-__all__ = ["MICRO_POLICIES", "MicroCSP", "MicroSequential", "as_plain"]
+__all__ = ["MICRO_POLICIES", "MicroCSP", "MicroSequential", "as_plain", "starts_hold"]
