@@ -233,3 +233,18 @@ def test_the_report_reads_the_job_clock_beside_a_workflows_runs(runs, tmp_path):
     assert cpu["measured"].startswith("180% CPU: 2 jobs, 180 CPU s (every process of each job) in 100 s")
     section = (out / "tables" / "run_summary.md").read_text()
     assert any(line["measured"] == cpu["measured"] for line in parse(section.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]))
+
+
+def test_the_fast_naspipe_is_one_result_at_every_stage_count_or_says_where_not():
+    """csp-mb's line (issue 40): one loss and one weights digest over its stage counts, each identical to its
+    reference sequential-mb; a run that differs is named with its stage count."""
+    rows = [{"space": "nlp.tiny", "system": "csp-mb", "stages": d, "seed": 0, "final_loss": "2.5",
+             "weights": "abc", "identical_to_sequential": "yes"} for d in (1, 2, 4)]
+    t3 = pd.DataFrame(rows)
+    (line,) = parse(rs.body(pd.DataFrame(rs.fast_rows(t3), columns=rs.COLUMNS)))
+    assert line["measured"] == "csp-mb 2.5, weights abc at D=1,2,4" and line["shows"] == "yes"
+    t3.loc[t3["stages"] == 4, ["identical_to_sequential", "weights"]] = ["no", "def"]
+    (line,) = parse(rs.body(pd.DataFrame(rs.fast_rows(t3), columns=rs.COLUMNS)))
+    assert line["shows"] == "no" and line["why"].startswith("csp-mb differs from sequential-mb at D=4")
+    assert rs.fast_rows(table3({2: 3.25}, {1: 3.25, 2: 3.5}, {1: 3.25, 2: 3.3}).assign(
+        identical_to_sequential="yes")) == []  # no csp-mb: no line

@@ -113,6 +113,32 @@ def spread_rows(table3: pd.DataFrame) -> list[dict[str, str]]:
     return rows
 
 
+def fast_rows(table3: pd.DataFrame) -> list[dict[str, str]]:
+    """One line per space that trained csp-mb, the fast NASPipe: one final loss and one weights digest over its
+    stage counts, each run identical to its reference sequential-mb (Table 3)."""
+    rows: list[dict[str, str]] = []
+    if table3.empty or "identical_to_sequential" not in table3:
+        return rows
+    for space, group in table3.groupby("space", sort=True):
+        fast = group[(group["system"] == "csp-mb") & (group["identical_to_sequential"] != "")]
+        if fast.empty:
+            continue
+        fast = fast[fast["seed"] == fast["seed"].min()]
+        stages = sorted(int(d) for d in fast["stages"].unique())
+        values, weights = sorted({str(v) for v in fast["final_loss"]}), sorted(set(fast["weights"]))
+        differs = sorted(int(d) for d in fast.loc[fast["identical_to_sequential"] == "no", "stages"])
+        at = ",".join(map(str, stages))
+        measured = (f"csp-mb {values[0]}, weights {weights[0]} at D={at}" if len(values) == len(weights) == 1
+                    else f"csp-mb {len(values)} losses, {len(weights)} weights digests over D={at}")
+        why = (f"csp-mb differs from sequential-mb at D={','.join(map(str, differs))}: the reproducibility contract "
+               "is broken" if differs else "csp-mb ran at fewer than two stage counts" if len(stages) < 2
+               else "" if len(values) == len(weights) == 1 else "csp-mb's result differs between stage counts")
+        rows.append(_row("the fast NASPipe (csp-mb) identical across stage counts", str(space), measured,
+                         "one loss and one weights digest at >= 2 stage counts, each identical to sequential-mb",
+                         "no" if why else "yes", why))
+    return rows
+
+
 def _csp_points(group: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
     """CSP's final losses per stage count, and whether the sequential reference stands for D = 1.
 
@@ -304,8 +330,9 @@ def summary_frame(losses: pd.DataFrame, table3: pd.DataFrame, table2: pd.DataFra
                   winners: Mapping[str, tuple[str, float]], random: Mapping[str, Sequence[float]],
                   lower_is_better: Mapping[str, bool], cores: int | None,
                   jobs: pd.DataFrame | None = None, allocation: str = "") -> pd.DataFrame:
-    rows = [*loss_rows(losses), *spread_rows(table3), *search_rows(winners, random, lower_is_better),
-            *throughput_rows(table2, cores), cpu_row(jobs, cores, allocation)]
+    rows = [*loss_rows(losses), *spread_rows(table3), *fast_rows(table3),
+            *search_rows(winners, random, lower_is_better), *throughput_rows(table2, cores),
+            cpu_row(jobs, cores, allocation)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
