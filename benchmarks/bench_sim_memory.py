@@ -9,12 +9,16 @@ enough (toy space, ``dim`` 512: megabytes per layer) that the term dominates the
 - ``sgd, momentum 0.9`` minus ``momentum 0``: the momentum buffer of every trained layer;
 - ``adam`` minus ``momentum 0``: two moments per trained parameter;
 - ``gpipe`` minus ``csp`` (both momentum 0): the bulk's stashed gradients less csp's one share;
-- ``pipedream`` minus ``csp``: weight stash, gradients and kept activations (no recompute).
+- ``pipedream`` minus ``csp``: weight stash, gradients and kept activations (no recompute);
+- the micro-batched terms, on an activation-heavy toy space (``dim`` 64, 64 tokens, batch 128): csp with
+  ``micro_batches`` 4 minus csp with one part (a backward holds one part's activations, ``1/m`` of the batch's,
+  and the last stage keeps its parts' forward state instead of recomputing it), and the split backward minus
+  the unsplit one (the parts whose weight task waits keep their activations: :func:`live_parts`).
 
 For each, the simulator's prediction is the same difference of its per-stage bytes
 (:func:`naspipe.sim.memory.memory_report` at the run's batch). Medians over ``--repeats``.
 
-    python benchmarks/bench_sim_memory.py [--repeats 3] [--steps 48] [--stages 2]
+    python benchmarks/bench_sim_memory.py [--repeats 3] [--steps 48] [--stages 2] [--only micro]
 """
 
 from __future__ import annotations
@@ -47,8 +51,20 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "gpipe sgd m=0": ("gpipe", ["optimizer.momentum=0"]),
     "pipedream sgd m=0": ("pipedream", ["optimizer.momentum=0"]),
 }
+ACTIVATIONS = ["space.dim=64", "space.heads=4", "space.blocks=8", "space.candidates=3", "space.seq_len=64",
+               "space.batch_size=128", "optimizer.momentum=0"]
+RUNS.update({
+    "csp 1 part": ("csp", ACTIVATIONS),
+    "csp 4 parts": ("csp", [*ACTIVATIONS, "micro_batches=4"]),
+    "csp 4 parts split": ("csp", [*ACTIVATIONS, "micro_batches=4", "split_backward=true"]),
+})
 DIFFS = [("csp sgd m=0.9", "csp sgd m=0"), ("csp adam", "csp sgd m=0"), ("gpipe sgd m=0", "csp sgd m=0"),
-         ("pipedream sgd m=0", "csp sgd m=0")]
+         ("pipedream sgd m=0", "csp sgd m=0"), ("csp 4 parts", "csp 1 part"), ("csp 4 parts split", "csp 4 parts")]
+
+
+def settings(sets: list[str]) -> list[str]:
+    """The run's ``--set`` pairs: the weight-heavy space unless the run names its own (the activation one)."""
+    return sets if any(s.startswith("space.") for s in sets) else [*SPACE, *sets]
 
 
 def measured(system: str, sets: list[str], args: argparse.Namespace) -> list[float]:
@@ -59,7 +75,7 @@ def measured(system: str, sets: list[str], args: argparse.Namespace) -> list[flo
             out = Path(tmp) / "run"
             argv = ["train", "--space", "toy", "--system", system, "--stages", str(args.stages), "--steps",
                     str(args.steps), "--out", str(out), "--set", "device=cpu", "--set", "final_checkpoint=false",
-                    *(x for s in [*SPACE, *sets] for x in ("--set", s))]
+                    *(x for s in settings(sets) for x in ("--set", s))]
             with contextlib.redirect_stdout(io.StringIO()):
                 if cli.main(argv) != 0:
                     raise SystemExit(f"failed: naspipe {' '.join(argv)}")
@@ -69,7 +85,7 @@ def measured(system: str, sets: list[str], args: argparse.Namespace) -> list[flo
 
 
 def simulated(system: str, sets: list[str], args: argparse.Namespace) -> list[float]:
-    config = load_config(None, [*SPACE, *sets], {"system": system, "stages": args.stages, "steps": args.steps})
+    config = load_config(None, settings(sets), {"system": system, "stages": args.stages, "steps": args.steps})
     setup = build_setup(config, load_hardware("cpu-local"), "analytic")
     recompute = effective_recompute(system, setup.recompute)
     report = memory_report(setup.plan, system, setup.costs, setup.options, recompute, setup.subnets)
@@ -81,12 +97,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--only", choices=["micro"], help="only the micro-batched terms' runs")
     args = p.parse_args(argv)
     rows: dict[str, dict[str, Any]] = {}
+    diffs = [d for d in DIFFS if args.only is None or "part" in d[0]]
     for name, (system, sets) in RUNS.items():
+        if not any(name in d for d in diffs):
+            continue
         rows[name] = {"measured": measured(system, sets, args), "simulated": simulated(system, sets, args)}
     print("| difference | stage | measured MB | simulated MB |\n|---|---|---|---|")
-    for a, b in DIFFS:
+    for a, b in diffs:
         for k in range(args.stages):
             dm = (rows[a]["measured"][k] - rows[b]["measured"][k]) / 2**20
             ds = (rows[a]["simulated"][k] - rows[b]["simulated"][k]) / 2**20
