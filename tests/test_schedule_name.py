@@ -27,3 +27,21 @@ def test_the_runs_own_settings_win_over_the_names_defaults() -> None:
 def test_a_baseline_has_no_micro_batched_schedule() -> None:
     with pytest.raises(UsageError, match="needs system sequential or csp"):
         load_config(None, [], {"system": "gpipe-mb"})
+
+
+def test_a_search_and_its_curve_name_the_runs_schedule() -> None:
+    """best.json and Figure 4's rows of a csp-mb run say csp-mb (the report keys Table 3's search columns and the
+    curves by it); they said csp, so csp-mb's search results landed on csp's rows."""
+    import argparse
+    from types import SimpleNamespace
+
+    from naspipe.commands.evaluate import _where
+    from naspipe.commands.search import _provenance
+
+    config = load_config(None, ["micro_batches=2"], {"system": "csp-mb", "stages": 2})
+    supernet = SimpleNamespace(config=config, step=8, wall_s=1.5, written_at=None)
+    best = _provenance(argparse.Namespace(run="runs/x"), supernet)  # type: ignore[arg-type]
+    assert (best["system"], best["stages"], best["step"]) == ("csp-mb", 2, 8)
+    assert _where(supernet, None, True)[1] == "csp-mb"  # type: ignore[arg-type]
+    plain = SimpleNamespace(config=load_config(None, [], {"system": "csp"}), step=8, wall_s=1.5, written_at=None)
+    assert _provenance(argparse.Namespace(run="runs/y"), plain)["system"] == "csp"  # type: ignore[arg-type]

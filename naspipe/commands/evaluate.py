@@ -135,8 +135,10 @@ def _where(target: TrainedSupernet, start: float | None, over_time: bool) -> lis
     wall: object = target.wall_s
     if wall is None:
         wall = "" if start is None or target.written_at is None else target.written_at - start
+    from naspipe.systems import schedule_name  # the run's name in the report (csp-mb, not its csp)
+
     c = target.config
-    return [c.space_name, c.system, c.stages, c.seed, target.step, wall]
+    return [c.space_name, schedule_name(c.system, c.to_dict()), c.stages, c.seed, target.step, wall]
 
 
 def _start_time(run: Path, targets: list[TrainedSupernet]) -> float | None:

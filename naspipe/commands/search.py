@@ -76,8 +76,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _provenance(args: argparse.Namespace, supernet: TrainedSupernet) -> dict[str, Any]:
     """The fields of best.json naming the run searched (all else is a function of the key)."""
-    return {"run": str(args.run), "system": supernet.config.system, "stages": supernet.config.stages,
-            "train_seed": supernet.config.seed, "step": supernet.step}
+    from naspipe.systems import schedule_name  # the run's name in the report (csp-mb, not its csp)
+
+    config = supernet.config
+    return {"run": str(args.run), "system": schedule_name(config.system, config.to_dict()), "stages": config.stages,
+            "train_seed": config.seed, "step": supernet.step}
 
 
 def _search(args: argparse.Namespace, settings: SearchSettings, supernet: TrainedSupernet) -> None:
