@@ -1,7 +1,7 @@
 """Step 8, published: does this run reproduce the published results bit for bit? Every training run and every
 untimed table against the digests the repository holds for this config (workflow/published/config.json, made
 under numerics: portable; docs/numerics.md). published.json beside it is this run's own record: copied over the
-repository's file, it publishes this run. results/report.md then opens with the verdict's sentence (the verdict
+repository's file, it publishes this run. The report, report.md, then opens with the verdict's sentence (the verdict
 reads the report's tables, so only this rule can know it)."""
 
 import json
