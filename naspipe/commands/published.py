@@ -68,7 +68,9 @@ def with_verdict(report: str, sentence: str, verdict: Path) -> str:
     if start >= 0 and end > start:
         report = report[:start] + report[end + len(VERDICT_END):].lstrip("\n")
     title, newline, rest = report.partition("\n")
-    block = f"{VERDICT_START}\n**Published results.** {sentence} ([{verdict.name}]({verdict.name}))\n{VERDICT_END}\n"
+    link = f"[{verdict.name}]({verdict.name})"
+    said = f"{sentence[:-1]}: {link} lists them." if sentence.endswith(":") else f"{sentence} ({link})"
+    block = f"{VERDICT_START}\n**Published results.** {said}\n{VERDICT_END}\n"
     if not title.startswith("# "):
         return block + "\n" + report
     return f"{title}{newline}\n{block}{rest if rest.startswith(chr(10)) else chr(10) + rest}"
