@@ -126,7 +126,10 @@ class _GuardedStdout:
 
     def write(self, text: str) -> int:
         with _lost_on_error():
-            return self.stream.write(text)
+            try:
+                return self.stream.write(text)
+            except UnicodeEncodeError:  # nothing was written: the stream encodes the whole text first
+                return self.stream.write(_encodable(text, self.stream.encoding))
 
     def writelines(self, lines: Any) -> None:
         with _lost_on_error():
@@ -138,6 +141,17 @@ class _GuardedStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+def _encodable(text: str, encoding: str | None) -> str:
+    """``text`` with what ``encoding`` cannot encode escaped (``\\udcff``).
+
+    Why: output names paths the user gave, and a path may hold a byte that is not UTF-8 (Python reads it as a
+    lone surrogate) or a character the terminal's encoding lacks; a strict stdout (a UTF-8 locale such as
+    en_US.UTF-8) raised UnicodeEncodeError after the command had done its work. Shown escaped, as :func:`one_line`
+    shows it on stderr."""
+    codec = encoding or "utf-8"
+    return text.encode(codec, "backslashreplace").decode(codec)
 
 
 @contextmanager
