@@ -102,8 +102,13 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:
-    """UTF-8 text with the line endings given (no platform translation)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    """UTF-8 text with the line endings given (no platform translation).
+
+    A lone surrogate is written backslash-escaped (``\\udcff``): it is how Python reads a byte that is not UTF-8
+    in a path from the command line, and outputs name such paths (a profile's in a partition's JSON, the record's
+    in the published verdict); strict UTF-8 raised a traceback after the work was done. In JSON the escape reads
+    back as the same string; every other character is UTF-8 as before."""
+    atomic_write_bytes(path, text.encode("utf-8", "backslashreplace"))
 
 
 def atomic_write_json(path: Path | str, data: Any) -> None:
