@@ -374,11 +374,23 @@ def load_layer(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], d
     return split_state(params)[0], optimizer
 
 
+def _torch_load(path: Path) -> Any:
+    """``torch.load`` of a shard, mapped; from an open file when ``path`` holds a byte that is not UTF-8 (a run
+    directory named so on the command line): torch's file reader takes UTF-8 names only, so a whole checkpoint
+    there was refused. The file object is read into memory (torch maps named files only): the same tensors."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        with open(path, "rb") as f:
+            return torch.load(f, map_location="cpu", weights_only=True)
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
 def _load_shard(checkpoint: Path, layer: int) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
     """The shard as saved: a windowed shared layer's tensors include its window state."""
     path = checkpoint / layer_file(layer)
     try:
-        shard = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        shard = _torch_load(path)
     except (OSError, RuntimeError, ValueError) as exc:
         raise UsageError(f"checkpoint shard {path}: cannot load ({exc})") from None
     return shard["params"], shard["optimizer"]
