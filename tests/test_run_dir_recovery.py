@@ -132,6 +132,9 @@ def test_a_real_sigint_while_the_command_is_imported_is_one_line(tmp_path):
     """Item 7 as a process: SIGINT arrives while the command's module is imported (a real signal, sent by the
     process to itself at that point, where a Ctrl-C in the first half second lands)."""
     code = ("import os, signal, sys\n"
+            # Python's own SIGINT handler, as in a terminal: a process started in the background of a script
+            # (nohup, &) inherits SIGINT ignored, and the signal below would then never arrive
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "import naspipe.cli as cli\n"
             "real = cli.build_parser\n"
             "def build(command=None):\n"
