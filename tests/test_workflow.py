@@ -280,6 +280,7 @@ def test_tiny_config_end_to_end(tiny_run: Path) -> None:
     assert [t.stem for t in tables] == [
         "claims",
         "fig6_ablation",  # Figure 6's numbers for its claims: no rows, .test/config/config.yaml has no ablation
+        "run_summary",  # what this run shows
         "sim_table2_systems",
         "table1_spaces",
         "table2_systems",
