@@ -45,3 +45,13 @@ def test_a_search_and_its_curve_name_the_runs_schedule() -> None:
     assert _where(supernet, None, True)[1] == "csp-mb"  # type: ignore[arg-type]
     plain = SimpleNamespace(config=load_config(None, [], {"system": "csp"}), step=8, wall_s=1.5, written_at=None)
     assert _provenance(argparse.Namespace(run="runs/y"), plain)["system"] == "csp"  # type: ignore[arg-type]
+
+
+def test_the_workflows_micro_defaults_are_the_names_schedule() -> None:
+    """The schema's default micro block is what ``--system csp-mb`` asks for: one default schedule, not two."""
+    from pathlib import Path
+
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).parents[1] / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert schema["properties"]["micro"]["default"] == systems.MICRO_SCHEDULE
