@@ -48,11 +48,12 @@ def run(args: argparse.Namespace) -> int:
     found = published.collect(args.results, config)
     text = published.summary(published.compare(expected, found), published.config_differences(expected, found),
                              f"published in {args.expected}")
+    sentence = text.splitlines()[2]
     if args.report is not None:  # first: the verdict is written last, so the workflow sees the report as older
-        atomic_write_text(args.report, with_verdict(report, text.splitlines()[2], args.out))
+        atomic_write_text(args.report, with_verdict(report, sentence, args.out))
     atomic_write_json(args.json, found)
     atomic_write_text(args.out, text)
-    print(text.splitlines()[2])
+    print(sentence)
     return 0
 
 

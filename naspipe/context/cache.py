@@ -139,11 +139,18 @@ class DeviceCache:
     def room_for(self, layers: Iterable[int]) -> bool:
         """Whether ``layers``' missing ones fit in the free bytes plus those of the evictable layers (held,
         arrived, unpinned, not among ``layers``): what :meth:`acquire` may evict without a copy in flight."""
+        resident, sizes = self._resident, self.sizes
+        need = -self.free
+        for layer in layers:  # a loop, no set: the simulator asks before most tasks while copies are on their way
+            if layer not in resident:
+                need += sizes[layer]
+        if need <= 0:  # (a layer listed twice only adds to need: room even so)
+            return True
         wanted = set(layers)
-        need = sum(self.sizes[x] for x in wanted if x not in self._resident) - self.free
+        need = sum(sizes[x] for x in wanted if x not in resident) - self.free
         if need <= 0:
             return True
-        evictable = self._resident.difference(self._pins, self._in_flight, wanted)
+        evictable = resident.difference(self._pins, self._in_flight, wanted)
         return sum(self.sizes[x] for x in evictable) >= need
 
     # -- events -------------------------------------------------------------

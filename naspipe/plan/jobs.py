@@ -15,7 +15,6 @@ from naspipe import systems
 from naspipe.plan import paths
 
 REFERENCE_SYSTEM = "sequential"  # every comparison is against sequential training on one stage
-MICRO_DEFAULTS = systems.MICRO_SCHEDULE  # the schema's defaults of the micro block
 ABLATION_SYSTEMS = {  # variant -> (system, partition_mode)
     "naspipe": ("csp", "per-subnet"),
     "no-predictor": ("csp-no-predictor", "per-subnet"),
@@ -72,7 +71,7 @@ def system_runs(config: dict[str, Any], space: str, system: str, seed: int) -> l
 def micro(config: dict[str, Any], simulated: bool = False) -> dict[str, Any]:
     """The config's ``micro`` block with the schema's defaults (a config read without the schema has none);
     ``simulated``: with ``simulate.micro``'s keys over it (the simulated spaces are not the trained ones)."""
-    block = {**MICRO_DEFAULTS, **(config.get("micro") or {})}
+    block = {**systems.MICRO_SCHEDULE, **(config.get("micro") or {})}
     if simulated:
         block.update((config.get("simulate") or {}).get("micro") or {})
     return block

@@ -158,19 +158,17 @@ class ContextManager:
         for layer in [x for x, (_, _, landed) in self._arriving.items() if landed()]:
             self._install(layer)  # prefetched copies that have landed: resident, so hits
         if self._arriving and not self.cache.room_for(wanted):
-            self._land_all()  # the task's own layers need the room that prefetched copies on their way hold
+            # a copy cannot be evicted mid-flight (landed, it can): without this wait a slow copy thread (a busy
+            # core) made a task whose layers fit the budget fail, its room held by prefetched copies on their way
+            self._wait_for(list(self._arriving))
         self._perform(self.cache.acquire(wanted, upcoming))
         self._perform(self.cache.prefetch(upcoming))
-        start = time.perf_counter()
-        for layer in wanted:
-            self._install(layer)
-        self.copy_wait_s += time.perf_counter() - start
+        self._wait_for(wanted)
 
-    def _land_all(self) -> None:
-        """Wait for every copy on its way (a copy cannot be evicted mid-flight; landed, it can), counted as
-        copy wait. Without it a slow copy thread (a busy core) made a task whose layers fit the budget fail."""
+    def _wait_for(self, layers: Iterable[int]) -> None:
+        """The copies of ``layers`` on their way have landed (installed); the wait counts as ``copy_wait_s``."""
         start = time.perf_counter()
-        for layer in list(self._arriving):
+        for layer in layers:
             self._install(layer)
         self.copy_wait_s += time.perf_counter() - start
 
