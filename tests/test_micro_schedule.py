@@ -71,7 +71,7 @@ def test_make_policy_picks_the_micro_schedule_and_refuses_it_elsewhere():
     assert type(make_policy("sequential", 0, plan, PolicyOptions(split_backward=True))) is MicroSequential
     assert type(make_policy("csp", 0, plan, PolicyOptions())).__name__ == "CSP"
     with pytest.raises(ValueError, match="no micro-batched schedule"):
-        make_policy("gpipe", 0, plan, PolicyOptions(micro_batches=2))
+        make_policy("pipedream", 0, plan, PolicyOptions(micro_batches=2))
     with pytest.raises(ValueError, match="micro_batches must be >= 1"):
         PolicyOptions(micro_batches=0)
     with pytest.raises(ValueError, match="priority must be one of"):

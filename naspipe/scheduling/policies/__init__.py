@@ -9,7 +9,8 @@ from naspipe.scheduling.policies.csp_artifact import CSPArtifact
 from naspipe.scheduling.policies.csp_no_predictor import CSPNoPredictor
 from naspipe.scheduling.policies.csp_no_scheduler import CSPNoScheduler
 from naspipe.scheduling.policies.gpipe import GPipe
-from naspipe.scheduling.policies.micro import MICRO_POLICIES
+from naspipe.scheduling.policies.micro import MICRO_POLICIES as CAUSAL_MICRO_POLICIES
+from naspipe.scheduling.policies.micro_gpipe import MicroGPipe, MicroVPipe
 from naspipe.scheduling.policies.pipedream import PipeDream
 from naspipe.scheduling.policies.sequential import Sequential
 from naspipe.scheduling.policies.vpipe import VPipe
@@ -19,6 +20,8 @@ POLICIES: dict[str, type[StagePolicy]] = {
 }
 POLICIES[CSPArtifact.name] = CSPArtifact  # the artifact's relaxed check (simulator attribution only)
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+MICRO_POLICIES: dict[str, type[StagePolicy]] = {**CAUSAL_MICRO_POLICIES, "gpipe": MicroGPipe, "vpipe": MicroVPipe}
+"""Each system's micro-batched schedule (``micro_batches`` > 1 or a split backward); the others refuse one."""
 
 
 def make_policy(name: str, stage: int, plan: PipelinePlan, options: PolicyOptions) -> StagePolicy:
@@ -42,4 +45,4 @@ def supports_micro_batches(name: str) -> bool:
     return name in MICRO_POLICIES
 
 
-__all__ = ["POLICIES", "POLICY_NAMES", "PolicyOptions", "StagePolicy", "make_policy", "supports_micro_batches"]
+__all__ = ["MICRO_POLICIES", "POLICIES", "POLICY_NAMES", "PolicyOptions", "StagePolicy", "make_policy", "supports_micro_batches"]

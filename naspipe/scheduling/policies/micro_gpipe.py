@@ -1,0 +1,159 @@
+"""Micro-batched GPipe and VPipe: the bulk synchronous baselines with each subnet's batch in parts.
+
+Why: the paper's GPipe runs each subnet as one indivisible micro-batch, so a bulk of ``B``
+subnets fills a D-stage pipeline only when ``B`` is near D, and its flush bubble is the whole
+pipeline's depth per bulk. torchgpipe and GPipe itself cut every mini-batch into ``m``
+micro-batches; this is that form, so that NASPipe is compared with the strongest synchronous
+pipeline, not only with the paper's.
+
+Update semantics (as :class:`~naspipe.scheduling.policies.gpipe.GPipe`, part by part): a bulk
+of ``B`` consecutive subnets reads the parameter version from before the bulk. Each subnet's
+batch is cut into ``m`` fixed parts (:mod:`naspipe.scheduling.policies.micro`'s split); each
+part runs forward and backward; the parts' weight gradients of a subnet are summed in part order
+(part 0 first) into that subnet's own stash (``stash_gradients``: two subnets of a bulk that
+share a layer never mix their gradients); the flush then applies one optimizer step per subnet
+and layer, in subnet order. With ``B = 1`` this is exactly what
+:class:`~naspipe.scheduling.policies.micro.MicroSequential` computes (same ``m``, same split); with
+``B > 1`` a later subnet of the bulk reads a version without an earlier one's writes, so the result
+depends on ``B`` (hence on the GPU count when ``B = D``), as BSP does.
+
+Schedule on a stage (tasks are :class:`~naspipe.scheduling.task.MicroTask`): every forward part of
+the bulk in (subnet, part) order; the last stage starts backwards only when all of them are done
+there (GPipe's fill, then drain); backwards last subnet first and, within a subnet, part order
+(the order its gradients are summed in); with a split backward, ``W(y, j)`` after ``B(y, j)``, run
+when no backward is ready or when more than ``m`` wait (each keeps its part's activations); after
+the bulk's last gradient task, the flush ``U`` in subnet order. The next bulk enters after stage
+0's flush; no stage runs a forward of the next bulk before its own flush.
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+from typing import ClassVar
+
+from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, MicroTask, Task
+
+Part = tuple[int, int]  # (subnet, micro-batch)
+
+
+class MicroGPipe(StagePolicy):
+    """GPipe over micro-batch tasks (module docstring)."""
+
+    name = "gpipe"
+    label = "BSP (GPipe)"
+    report_order = 4
+
+    stash_gradients: ClassVar[bool] = True
+    bulk_synchronous: ClassVar[bool] = True
+    windowed_shared: ClassVar[bool] = True
+
+    def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
+        super().__init__(stage, plan, options)
+        self.bulk = options.bulk_size
+        self.micro_batches = options.micro_batches
+        self.split = options.split_backward
+        self._end: int | None = None
+        self._ready_f: list[Part] = []
+        self._ready_b: list[Part] = []  # keyed (-subnet, part): last subnet first, its parts in order
+        self._ready_w: list[Part] = []
+        self._ready_u: list[int] = []
+        self._forwards_done = 0  # forward parts of the current bulk done here
+        self._gradients_done = 0  # gradient-summing parts (B unsplit, W split) of the current bulk done here
+        self._awaiting_parts: dict[Part, None] = {}
+
+    def stream_ends_at(self, total: int) -> None:
+        self._end = total
+
+    def _bulk(self) -> range:
+        """The subnets of the bulk this stage has not flushed yet."""
+        start = self.finished // self.bulk * self.bulk
+        stop = start + self.bulk
+        if self._end is not None:
+            stop = min(stop, self._end)
+        return range(start, max(start, stop))
+
+    def may_admit(self, subnet: int) -> bool:
+        return subnet // self.bulk == self.finished // self.bulk
+
+    # -- events -------------------------------------------------------------
+    def admit(self, subnet: int) -> None:
+        """All of ``subnet``'s parts enter the pipeline (stage 0 splits its batch)."""
+        if not self.is_first or subnet != self.admitted:
+            raise RuntimeError(f"stage {self.stage}: cannot admit subnet {subnet} (next is {self.admitted})")
+        self.admitted += 1
+        for micro in range(self.micro_batches):
+            self.forward_arrived(subnet, micro)
+
+    def forward_arrived(self, subnet: int, micro: int = 0) -> None:
+        self.messages += 1
+        if micro == 0:
+            self._register_through(subnet)
+            self._note_arrival(subnet)
+        heappush(self._ready_f, (subnet, micro))
+
+    def backward_arrived(self, subnet: int, micro: int = 0) -> None:
+        self.messages += 1
+        self._awaiting_parts.pop((subnet, micro), None)
+        heappush(self._ready_b, (-subnet, micro))
+
+    def completed(self, task: Task | MicroTask) -> None:
+        kind, subnet, _, micro = task  # type: ignore[misc]
+        if kind is FORWARD:
+            self._forwards_done += 1
+            if not self.is_last:
+                self._awaiting_parts[(subnet, micro)] = None
+        elif kind is BACKWARD and self.split:
+            heappush(self._ready_w, (subnet, micro))
+        elif kind is UPDATE:
+            if not self._ready_u:  # the bulk's last update: the next bulk may start here
+                self._forwards_done = self._gradients_done = 0
+            self.finished += 1
+        else:  # an unsplit backward or a weight task: the part's gradients are in its subnet's stash
+            self._gradients_done += 1
+            members = self._bulk()
+            if self._gradients_done == len(members) * self.micro_batches:  # the flush
+                for y in members:
+                    heappush(self._ready_u, y)
+
+    # -- decisions ----------------------------------------------------------
+    def next_task(self) -> MicroTask | None:  # type: ignore[override]
+        stage = self.stage
+        if self._ready_u:
+            return MicroTask(UPDATE, heappop(self._ready_u), stage)
+        if len(self._ready_w) > self.micro_batches:  # their activations wait too
+            return self._weight()
+        members = self._bulk()
+        drained = not self.is_last or self._forwards_done == len(members) * self.micro_batches
+        if self._ready_b and drained:
+            y, j = heappop(self._ready_b)
+            return MicroTask(BACKWARD, -y, stage, j)
+        if self._ready_f and self._ready_f[0][0] in members:
+            y, j = heappop(self._ready_f)
+            return MicroTask(FORWARD, y, stage, j)
+        if self._ready_w:
+            return self._weight()
+        return None
+
+    def _weight(self) -> MicroTask:
+        y, j = heappop(self._ready_w)
+        return MicroTask(WEIGHT, y, self.stage, j)
+
+    # -- what a predictor reads ---------------------------------------------
+    def awaiting_parts(self) -> list[Part]:
+        """Parts whose forward ran here and whose gradient has not come back, in forward order."""
+        return list(self._awaiting_parts)
+
+
+class MicroVPipe(MicroGPipe):
+    """VPipe's parameter swapping over :class:`MicroGPipe`'s schedule (same bits as it)."""
+
+    name = "vpipe"
+    label = "BSP with parameter swapping (VPipe)"
+    report_order = 5
+
+    swap_parameters: ClassVar[bool] = True
+
+
+__all__ = ["MicroGPipe", "MicroVPipe"]
