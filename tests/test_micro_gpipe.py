@@ -63,12 +63,11 @@ def test_any_bulk_and_part_count_finishes_in_order(stages, m, bulk, n, split):
     check_bulks(timeline, stages, n, m, split, bulk)
 
 
-def test_the_last_stage_drains_only_after_the_bulks_forwards():
+def test_the_last_stage_runs_each_parts_backward_after_its_forward():
+    """It keeps a part's activations for its backward, not the bulk's: F then B, part after part."""
     timeline = run(3, 4, 2, False, 4)
-    last = timeline.tasks(2)
-    first_backward = next(i for i, t in enumerate(last) if t.kind is Kind.BACKWARD)
-    assert [t.kind for t in last[:first_backward]] == [Kind.FORWARD] * 8
-    assert (last[first_backward].subnet, last[first_backward].micro) == (3, 0)  # last subnet first, part order
+    last = [(t.kind, t.subnet, t.micro) for t in timeline.tasks(2) if t.kind is not Kind.UPDATE]
+    assert last[:4] == [(Kind.FORWARD, 0, 0), (Kind.BACKWARD, 0, 0), (Kind.FORWARD, 0, 1), (Kind.BACKWARD, 0, 1)]
 
 
 def test_parts_fill_the_pipeline_faster_than_whole_subnets():

@@ -117,16 +117,19 @@ def _reading(frame: pd.DataFrame) -> str:
 
 
 def _fast_reading(at: pd.DataFrame, space: str, stages: int, hw: str) -> list[str]:
-    """The fast NASPipe (csp-mb) against the better bulk-synchronous baseline (gpipe, vpipe: the registry's) and
+    """The fast NASPipe (csp-mb) against the best bulk-synchronous baseline (gpipe, vpipe: the registry's, each paper
+    and micro-batched) and
     asynchronous PipeDream."""
     if "csp-mb" not in at.index or not at.at["csp-mb", "fits"]:
         return []
     mine = float(at.at["csp-mb", "throughput_samples_s"])
     ratios = []
-    bsp = [float(at.at[s, "throughput_samples_s"]) for s in systems.with_capability("bulk_synchronous")
-           if s in at.index and at.at[s, "fits"]]
-    if bsp and max(bsp) > 0:
-        ratios.append(f"{mine / max(bsp):.2f}x the better of gpipe and vpipe")
+    bulk = systems.with_capability("bulk_synchronous")  # each in its paper form and its micro-batched one
+    names = [s for s in (*bulk, *(b + systems.MICRO_SUFFIX for b in bulk)) if s in at.index and at.at[s, "fits"]]
+    bsp = {s: float(at.at[s, "throughput_samples_s"]) for s in names}
+    if bsp and max(bsp.values()) > 0:
+        best = max(bsp, key=lambda s: bsp[s])
+        ratios.append(f"{mine / bsp[best]:.2f}x the best bulk-synchronous pipeline ({best})")
     if "pipedream" in at.index and at.at["pipedream", "fits"] and at.at["pipedream", "throughput_samples_s"] > 0:
         ratios.append(f"{mine / float(at.at['pipedream', 'throughput_samples_s']):.2f}x pipedream")
     if not ratios:
