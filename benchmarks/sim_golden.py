@@ -15,6 +15,10 @@ configuration whose hash differs.
     python benchmarks/sim_golden.py --check benchmarks/golden/sim_golden.json --every 25   # a sample
     python benchmarks/sim_golden.py --check REF --only 'csp/' --dump /tmp/new  # observables as JSON, to diff
     python benchmarks/sim_golden.py --write benchmarks/golden/sim_golden.json    # only for an intended change
+    python benchmarks/sim_golden.py --micro --check benchmarks/golden/sim_golden.json    # the micro-batched grid
+
+The micro-batched grid (:func:`micro_grid`: part-level schedules, ~100 runs) has its own hashes in the
+same file (``micro_hashes``); ``--micro`` checks or writes those, leaving the main grid's as they are.
 
 Exit status: 0 when every configuration checked matches, 1 when some differ (each named on
 stderr), 2 on bad arguments. The grid is fixed here (systems named, not read from the
@@ -69,12 +73,21 @@ class Case:
     costs: str  # uniform | profile | analytic
     recompute: bool = True
     batch: str = "config"
+    micro: tuple[int, bool, str] | None = None  # (micro_batches, split_backward, priority): a micro-batched run
+    hardware: str = HARDWARE
+    partition_by: str = "config"
+    trace_subnets: int = -1  # the trace's window (-1: simulate's default)
 
     @property
     def name(self) -> str:
-        return (f"{self.space}/{self.system}/D{self.stages}/{self.partition}/{self.shared}/"
+        name = (f"{self.space}/{self.system}/D{self.stages}/{self.partition}/{self.shared}/"
                 f"{'cache' if self.cache else 'nocache'}/{self.costs}/{'rc' if self.recompute else 'norc'}/"
                 f"batch-{self.batch}")
+        if self.micro is None:
+            return name
+        m, split, priority = self.micro
+        name = f"{name}/m{m}-{'split' if split else 'whole'}-{priority}/{self.hardware}/by-{self.partition_by}"
+        return name if self.trace_subnets < 0 else f"{name}/trace-{self.trace_subnets}"
 
 
 def grid() -> list[Case]:
@@ -89,6 +102,58 @@ def grid() -> list[Case]:
             for system in CACHE_SYSTEMS:
                 cases.append(Case(label, overrides, seed, subnets, system, stages, "static", shared, True,
                                   "analytic", batch="max"))
+    return cases
+
+
+# micro-batched runs (the part-level schedules of naspipe.scheduling.policies.micro): (label, overrides, seed, subnets)
+MICRO_SPACES = (
+    ("toy6x3", ("space.name=toy", "space.blocks=6", "space.candidates=3"), 0, 24),
+    ("nlp.tiny", ("space.name=nlp.tiny",), 1, 20),
+)
+MICRO_SCHEDULES = ((1, True, "critical"), (4, False, "critical"), (4, True, "critical"))
+
+
+def micro_grid() -> list[Case]:
+    """The micro-batched grid (its own reference: ``micro_hashes``), in a stable order: csp at 1, 2 and 4
+    stages with m = 1 split, m = 4 whole and split, the cache off and on, free (uniform) and priced
+    (analytic) messages; then the reference, fifo priorities, per-subnet partitions, causal shared layers,
+    a profile's costs, gloo's blocking sends (cpu-local), and nlp.c1 at 16 stages as the paper plan runs it."""
+    cases: list[Case] = []
+    for label, overrides, seed, subnets in MICRO_SPACES:
+        for stages in (1, 2, 4):
+            for micro in MICRO_SCHEDULES:
+                for cache in (False, True):
+                    for costs in ("uniform", "analytic"):
+                        cases.append(Case(label, overrides, seed, subnets, "csp", stages, "static", "frozen", cache,
+                                          costs, micro=micro))
+        split4 = (4, True, "critical")
+        for stages in (2, 4):
+            cases.append(Case(label, overrides, seed, subnets, "sequential", stages, "static", "frozen", False,
+                              "analytic", micro=split4))
+            cases.append(Case(label, overrides, seed, subnets, "csp", stages, "static", "frozen", True, "analytic",
+                              micro=(4, True, "fifo")))
+            cases.append(Case(label, overrides, seed, subnets, "csp", stages, "static", "causal", False, "analytic",
+                              micro=split4))
+            cases.append(Case(label, overrides, seed, subnets, "csp", stages, "static", "frozen", True, "profile",
+                              micro=split4))
+            for cache in (False, True):
+                cases.append(Case(label, overrides, seed, subnets, "csp", stages, "per-subnet", "frozen", cache,
+                                  "analytic", micro=split4))
+                cases.append(Case(label, overrides, seed, subnets, "csp", stages, "static", "frozen", cache,
+                                  "analytic", micro=split4, hardware="cpu-local"))
+                cases.append(Case(label, overrides, seed, subnets, "csp", stages, "per-subnet", "frozen", cache,
+                                  "analytic", micro=(4, False, "critical"), hardware="cpu-local"))
+    nlp = ("nlp.c1", ("space.name=nlp.c1", "optimizer.momentum=0.0"), 0, 12)
+    for hardware, micro, cache in (("h100-nvlink-ib", (16, True, "critical"), True),
+                                   ("h100-nvlink-ib", (16, True, "critical"), False),
+                                   ("rtx2080ti-pcie3-40gbe", (32, True, "critical"), True)):
+        cases.append(Case(*nlp, "csp", 16, "static", "frozen", cache, "analytic", batch="max", micro=micro,
+                          hardware=hardware, partition_by="costs"))
+    # longer: the pipeline full, the trace's window dropping the middle subnets
+    cases.append(Case(nlp[0], nlp[1], 0, 48, "csp", 16, "static", "frozen", True, "analytic", batch="max",
+                      micro=(16, True, "critical"), hardware="h100-nvlink-ib", partition_by="costs", trace_subnets=4))
+    cases.append(Case("toy6x3", MICRO_SPACES[0][1], 0, 64, "csp", 4, "static", "frozen", True, "analytic",
+                      micro=(4, True, "critical"), hardware="cpu-local", trace_subnets=3))
     return cases
 
 
@@ -140,6 +205,9 @@ def observables(case: Case, workdir: Path) -> dict[str, Any]:
 
     sets = [*case.overrides, f"shared_policy={case.shared}", f"partition_mode={case.partition}",
             f"cache.enabled={str(case.cache).lower()}", f"recompute={str(case.recompute).lower()}"]
+    if case.micro is not None:
+        m, split, priority = case.micro
+        sets += [f"micro_batches={m}", f"split_backward={str(split).lower()}", f"priority={priority}"]
     costs_spec = case.costs
     if case.costs == "profile":
         base = load_config(None, list(case.overrides), {})
@@ -150,26 +218,40 @@ def observables(case: Case, workdir: Path) -> dict[str, Any]:
         sets.append(f"partition_costs={path}")
     config = load_config(None, sets, {"system": case.system, "stages": case.stages, "steps": case.subnets,
                                       "seed": case.seed, "progress": "off"})
-    setup = replace(build_setup(config, load_hardware(HARDWARE), costs_spec), batch=case.batch)
+    setup = replace(build_setup(config, load_hardware(case.hardware), costs_spec, case.partition_by), batch=case.batch)
+    if case.trace_subnets >= 0:
+        setup = replace(setup, trace_subnets=case.trace_subnets)
     metrics, trace = simulate_run(setup)
+    if case.micro is not None:  # the metrics hold the bound (the micro-batched longest path) and the memory model
+        return _plain({"order": _order(trace), "trace": trace, "metrics": metrics}, workdir)
     recompute = effective_recompute(setup.system, setup.recompute)
     costs = with_weight_stash(setup.costs, POLICIES[setup.system].stash_weights)
     priced = replace(setup, costs=costs)
     memory = memory_report(setup.plan, setup.system, costs, setup.options, recompute, setup.subnets,
                            cache_budgets(priced) if uses_cache(priced) else None)
-    order: dict[int, list[str]] = {}
-    for event in trace:
-        if event.get("ph") == "X" and event.get("cat") != "waiting":
-            order.setdefault(int(str(event["tid"])), []).append(str(event["name"]))
     data = {
-        "order": {str(k): v for k, v in sorted(order.items())},
+        "order": _order(trace),
         "trace": trace,
         "metrics": metrics,
         "holdings": [asdict(h) for h in stage_holdings(setup.plan, costs, setup.subnets)],
         "memory": {**asdict(memory), "per_host": {str(k): v for k, v in memory.per_host.items()}},
         "bound": longest_path(setup.plan, setup.system, setup.subnets, costs, recompute),
     }
-    # the profile's temporary path appears in the costs' name: the same everywhere instead
+    return _plain(data, workdir)
+
+
+def _order(trace: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each stage's tasks in the order they ran, from the trace's compute spans."""
+    order: dict[int, list[str]] = {}
+    for event in trace:
+        if event.get("ph") == "X" and event.get("cat") != "waiting":
+            order.setdefault(int(str(event["tid"])), []).append(str(event["name"]))
+    return {str(k): v for k, v in sorted(order.items())}
+
+
+def _plain(data: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """``data`` as JSON-ready values; the profile's temporary path appears in the costs' name: the same
+    everywhere instead."""
     return json.loads(json.dumps(data).replace(str(workdir), "PROFILE_DIR"))
 
 
@@ -208,22 +290,24 @@ def main(argv: list[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", type=Path, metavar="FILE", help="write the reference (the whole grid)")
     action.add_argument("--check", type=Path, metavar="FILE", help="compare with the reference, naming each difference")
+    parser.add_argument("--micro", action="store_true",
+                        help="the micro-batched grid (the reference's micro_hashes) instead of the main one")
     parser.add_argument("--every", type=int, default=1, help="check only every N-th configuration (default 1: all)")
     parser.add_argument("--only", help="check only configurations whose name contains this text")
     parser.add_argument("--dump", type=Path, metavar="DIR", help="also write each configuration's observables here")
     args = parser.parse_args(argv)
     if args.every < 1:
         parser.error(f"--every {args.every}: must be >= 1")
-    cases = grid()
+    cases, key = (micro_grid(), MICRO_KEY) if args.micro else (grid(), "hashes")
     if args.write:
         if args.every != 1 or args.only:
             parser.error("--write covers the whole grid: no --every or --only")
         hashes = run(cases, args.dump)
-        atomic_write_text(args.write, json.dumps({"configurations": len(hashes), "hashes": hashes}, indent=0) + "\n")
-        print(f"wrote {len(hashes)} configurations to {args.write}")
+        write_reference(args.write, key, hashes)
+        print(f"wrote {len(hashes)} configurations to {args.write} ({key})")
         return 0
     try:
-        reference = json.loads(args.check.read_text())["hashes"]
+        reference = json.loads(args.check.read_text())[key]
     except (OSError, ValueError, KeyError) as exc:
         print(f"{args.check}: not a golden reference ({exc})", file=sys.stderr)
         return 2
@@ -233,6 +317,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"differs: {name}", file=sys.stderr)
     print(f"{len(got)} configurations checked, {len(differ)} differ")
     return 1 if differ else 0
+
+
+MICRO_KEY = "micro_hashes"
+
+
+def write_reference(path: Path, key: str, hashes: dict[str, str]) -> None:
+    """``hashes`` under ``key`` in the reference at ``path``, the other grid's kept as they were."""
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = hashes
+    if key == "hashes":
+        data["configurations"] = len(hashes)
+    ordered = {k: data[k] for k in ("configurations", "hashes", MICRO_KEY) if k in data}
+    atomic_write_text(path, json.dumps(ordered, indent=0) + "\n")
 
 
 if __name__ == "__main__":

@@ -69,3 +69,13 @@ def test_check_exits_1_naming_a_difference_and_2_on_a_bad_reference(tmp_path, ca
 def test_the_whole_grid_matches_the_reference():
     g = golden()
     assert g.check(reference(), g.run(g.grid(), None)) == []
+
+
+def test_the_micro_batched_grid_matches_its_reference():
+    """The part-level schedules (micro-batches, split backward; cache, blocking sends, per-subnet partitions,
+    nlp.c1 at 16 stages), every configuration: ~10 s."""
+    g = golden()
+    micro: dict[str, str] = json.loads(REFERENCE.read_text())[g.MICRO_KEY]
+    cases = g.micro_grid()
+    assert {c.name for c in cases} == set(micro)
+    assert g.check(micro, g.run(cases, None)) == []
