@@ -24,9 +24,12 @@ def test_the_runs_own_settings_win_over_the_names_defaults() -> None:
     assert (config.micro_batches, config.split_backward, config.priority) == (2, True, "fifo")
 
 
-def test_a_baseline_has_no_micro_batched_schedule() -> None:
-    with pytest.raises(UsageError, match="needs system sequential or csp"):
-        load_config(None, [], {"system": "gpipe-mb"})
+def test_the_bulk_synchronous_baselines_have_micro_batched_forms_and_pipedream_none() -> None:
+    config = load_config(None, [], {"system": "gpipe-mb"})
+    assert (config.system, config.micro_batches) == ("gpipe", systems.MICRO_SCHEDULE["micro_batches"])
+    assert systems.schedule_name(config.system, config.to_dict()) == "gpipe-mb"
+    with pytest.raises(UsageError, match="needs system sequential or csp or gpipe or vpipe"):
+        load_config(None, [], {"system": "pipedream-mb"})
 
 
 def test_a_search_and_its_curve_name_the_runs_schedule() -> None:

@@ -41,7 +41,8 @@ def add_run_arguments(p: argparse.ArgumentParser, steps_help: str) -> None:
     p.add_argument("--space", help="search space preset (e.g. toy, nlp.tiny, cv.tiny, nlp.c1); sets space.name")
     p.add_argument("--system", help="scheduling policy: csp-mb (the fast NASPipe: csp with each subnet's batch in "
                    "parts, micro_batches=4, a split backward and critical-path priorities unless --set says "
-                   f"otherwise), sequential-mb (its reference), {', '.join(POLICY_NAMES)}")
+                   f"otherwise), sequential-mb (its reference), gpipe-mb and vpipe-mb (the bulk-synchronous baselines "
+                   f"with the same parts), {', '.join(POLICY_NAMES)}")
     p.add_argument("--stages", type=int, help="pipeline stages D")
     p.add_argument("--steps", type=int, help=steps_help)
     p.add_argument("--seed", type=int, help="random seed")
