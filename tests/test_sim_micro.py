@@ -15,9 +15,10 @@ from naspipe.scheduling import PolicyOptions
 from naspipe.scheduling.driver import drive
 from naspipe.scheduling.task import Kind
 from naspipe.sim.costs import analytic_costs, uniform_costs
+from naspipe.sim.engine import simulate
 from naspipe.sim.memory import live_parts, memory_report
-from naspipe.sim.micro import part_fractions, simulate_micro
 from naspipe.sim.run import SimSetup, simulate_run
+from naspipe.sim.tables import part_fractions
 from tests.test_sim import HW, infos, make_plan
 
 
@@ -40,7 +41,7 @@ def test_uniform_costs_give_the_drivers_schedule(stages, split):
     m, n = 3, 12
     costs = uniform_costs(infos(plan), HW, 6, 1)
     options = micro_options(m, split)
-    result = simulate_micro(plan, "csp", n, options, costs, recompute=True)
+    result = simulate(plan, "csp", n, options, costs, recompute=True)
 
     def duration(task) -> float:  # what the engine charges: recompute 1 + backward 1 (split: 0.5 + 0.5) per part
         last = task.stage == stages - 1
@@ -126,3 +127,22 @@ def test_the_workflow_passes_one_micro_schedule_to_csp_mb_jobs_at_every_stage_co
                                             hardware="rtx2080ti-pcie3-40gbe"))
     assert "micro_batches" not in plain and "--hardware rtx2080ti-pcie3-40gbe" in plain and "--batch max" in plain
     assert len(w.sims()) == 4
+
+
+def test_micro_batched_and_subnet_level_runs_go_through_one_engine(monkeypatch):
+    """One task model, one engine: a run in parts and a run of whole subnets are the same class's loop."""
+    from naspipe.sim import engine
+
+    seen: list[tuple[type, bool]] = []
+    original = engine._Engine.run
+
+    def run(self: engine._Engine) -> engine.SimResult:
+        seen.append((type(self), self.parts))
+        return original(self)
+
+    monkeypatch.setattr(engine._Engine, "run", run)
+    plan = make_plan(2)
+    costs = analytic_costs(infos(plan), HW, 8, 1)
+    for options in (PolicyOptions(max_inflight=4), micro_options(4, True)):
+        simulate_run(SimSetup(plan, "csp", 8, options, costs, True))
+    assert seen == [(engine._Engine, False), (engine._Engine, True)]

@@ -30,10 +30,10 @@ import numpy as np
 
 from naspipe import systems
 from naspipe.scheduling.plan import PipelinePlan
-from naspipe.scheduling.policies import POLICIES
+from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.scheduling.windows import SharedWindow
 from naspipe.sim.costs import CostModel
-from naspipe.sim.tables import BLOCK, BlockArrays, CostTable
+from naspipe.sim.tables import BLOCK, BLOCK_MASK, BlockArrays, CostTable, PartBlock, PartTable
 
 CAUSAL_SYSTEMS = frozenset(systems.with_capability("causal"))
 
@@ -171,6 +171,66 @@ class _WindowEdges:
         if stage in self.done:
             prefix = self.done[stage]
             prefix.append(max(end, prefix[-1]) if prefix else end)
+
+
+def micro_longest_path(plan: PipelinePlan, system: str, num_subnets: int, costs: CostModel, recompute: bool,
+                       options: PolicyOptions) -> float:
+    """The longest path for a micro-batched schedule, each task's seconds from the engine's
+    :class:`~naspipe.sim.tables.PartTable`.
+
+    Each subnet's parts as a graph: part ``j``'s forward on stage ``k`` after its forward on ``k - 1``
+    and its message, after part ``j - 1``'s forward on ``k`` (a stage takes a subnet's parts in order)
+    and after the last writes of the layers it reads there (the CSP edge, and the window's); its
+    backward after its gradient arrives (the last stage: after its own forward) and after part
+    ``j - 1``'s backward there (gradients are summed in part order); a weight task after its
+    backward and the previous part's weight task; the update after the last part's. Other subnets'
+    tasks on the same stage are left out, as the subnet-level bound leaves them out."""
+    table = PartTable(plan, costs, recompute, options.micro_batches, options.split_backward, keep=1)
+    writes = _LayerWrites(plan) if system in CAUSAL_SYSTEMS else None
+    if writes is not None and plan.windowed:
+        writes.window = _WindowEdges(plan, options.shared_window)
+    longest, d = 0.0, plan.num_stages
+    for index in range((num_subnets + BLOCK_MASK) // BLOCK):
+        first = index * BLOCK
+        if writes is not None:
+            writes.load(table.table.arrays(index), plan, index)
+        block = table.block(index)
+        for row in range(min(BLOCK, num_subnets - first)):
+            y = first + row
+            ready = writes.ready(row, y) if writes is not None else [0.0] * d
+            done = _subnet_chain(block, row, d, table.parts, ready, options.split_backward)
+            longest = max(longest, *done)
+            if writes is not None:
+                writes.record(row, y, done)
+    return longest
+
+
+def _subnet_chain(c: PartBlock, row: int, d: int, parts: int, ready: list[float], split: bool) -> list[float]:
+    """When each stage's update of the block's subnet ``row`` ends, with unlimited overlap between subnets."""
+    arrive = [0.0] * parts
+    for k in range(d):
+        base = (row * d + k) * parts
+        t = ready[k]
+        ends = []
+        for j in range(parts):
+            t = max(arrive[j], t) + c.forward[base + j]
+            ends.append(t)
+        arrive = [end + c.msg_s[base + j] for j, end in enumerate(ends)] if k < d - 1 else ends
+    done = [0.0] * d
+    for k in range(d - 1, -1, -1):
+        base = (row * d + k) * parts
+        t = w = 0.0
+        ends = []
+        for j in range(parts):
+            t = max(arrive[j], t) + c.recompute[base + j] + c.backward[base + j]
+            ends.append(t)
+            if split:
+                w = max(w, t) + c.weight[base + j]
+        done[k] = (w if split else t) + c.update[row * d + k]
+        if k:
+            before = base - parts  # stage k - 1's messages
+            arrive = [end + c.msg_s[before + j] for j, end in enumerate(ends)]
+    return done
 
 
 def lower_bound(busiest_stage_work: float, path: float) -> float:

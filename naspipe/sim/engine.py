@@ -48,17 +48,17 @@ import heapq
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from naspipe.scheduling.driver import DeadlockError
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
-from naspipe.scheduling.task import Kind, Task
+from naspipe.scheduling.task import Kind, MicroTask, Task
 from naspipe.sim.costs import CostModel
 from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident, SynchronousSwap
-from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostBlock, CostTable
+from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostBlock, CostTable, PartBlock, PartTable
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
 _DONE, _ARRIVE_F, _ARRIVE_B, _SEND, _ARRIVE_M = 0, 1, 2, 3, 4
@@ -118,8 +118,9 @@ def simulate(
     for policy in policies:
         policy.stream_ends_at(num_subnets)
     copies = [residency(k, policies[k]) if residency else Resident() for k in range(plan.num_stages)]
+    parts = (options.micro_batches, options.split_backward) if options.micro_batched else None
     engine = _Engine(plan, policies, num_subnets, costs, recompute, copies, record_order, trace_max_events,
-                     trace_window(num_subnets, trace_subnets), on_admit)
+                     trace_window(num_subnets, trace_subnets), on_admit, parts)
     with _collector_paused():
         return engine.run()
 
@@ -143,6 +144,13 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _by_part(arrived: Callable[..., None], m: int) -> Callable[[int], None]:
+    """``arrived(subnet, part)`` called with ``subnet * m + part`` (how an arrival event names a part)."""
+    def call(key: int) -> None:
+        arrived(*divmod(key, m))
+    return call
+
+
 def trace_window(num_subnets: int, trace_subnets: int) -> tuple[int, int]:
     """``(head, tail)``: subnets ``y < head`` and ``y >= tail`` are traced (every one when they meet)."""
     if trace_subnets <= 0 or 2 * trace_subnets >= num_subnets:
@@ -150,10 +158,12 @@ def trace_window(num_subnets: int, trace_subnets: int) -> tuple[int, int]:
     return trace_subnets, num_subnets - trace_subnets
 
 
-def _swapped_layers(plan: PipelinePlan, copies: list[Residency], costs: CostModel) -> frozenset[int] | None:
+def _swapped_layers(plan: PipelinePlan, copies: list[Residency], costs: CostModel,
+                    parts: bool = False) -> frozenset[int] | None:
     """The layers VPipe's swap copies when every stage swaps them alike under the engine's costs
-    (the cost table then prices the copies: no per-task call), else None (each residency's own calls)."""
-    if not copies or any(type(c) is not SynchronousSwap for c in copies):
+    (the cost table then prices the copies: no per-task call), else None (each residency's own calls;
+    always for ``parts``: a part task copies what its subnet-level task copies, each time)."""
+    if parts or not copies or any(type(c) is not SynchronousSwap for c in copies):
         return None
     swaps = cast(list[SynchronousSwap], copies)
     swapped = swaps[0].trainable
@@ -173,11 +183,16 @@ class _Engine:
 
     def __init__(self, plan: PipelinePlan, policies: list[StagePolicy], n: int, costs: CostModel, recompute: bool,
                  copies: list[Residency], record_order: bool, trace_max: int,
-                 window: tuple[int, int] | None = None, on_admit: Callable[[int], None] | None = None) -> None:
+                 window: tuple[int, int] | None = None, on_admit: Callable[[int], None] | None = None,
+                 parts: tuple[int, bool] | None = None) -> None:
         self.plan, self.policies, self.n, self.costs = plan, policies, n, costs
         self.layout = SubnetLayers(plan)
-        self.swapped = _swapped_layers(plan, copies, costs)
-        self.table = CostTable(plan, costs, recompute, swapped=self.swapped)
+        self.parts = parts is not None  # tasks are MicroTasks: (micro_batches, split_backward) price them
+        self.m = parts[0] if parts is not None else 1
+        self.swapped = _swapped_layers(plan, copies, costs, self.parts)
+        self.table: CostTable | PartTable = (
+            PartTable(plan, costs, recompute, *parts) if parts is not None
+            else CostTable(plan, costs, recompute, swapped=self.swapped))
         self.blocking = costs.hardware.blocking_send and not costs.free_io
         self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s  # idle after every task
         self.copies = copies
@@ -197,14 +212,19 @@ class _Engine:
         last = d - 1
         first = policies[0]
         may_admit, admit, on_admit = first.may_admit, first.admit, self.on_admit
+        parts, m = self.parts, self.m  # MicroTasks: (kind, subnet, stage, part); costs at ``i * m + part``
         next_task = [p.next_task for p in policies]
         completed = [p.completed for p in policies]
         completed_then_next = [p.completed_then_next for p in policies]
         forward_arrived = [p.forward_arrived for p in policies]
         backward_arrived = [p.backward_arrived for p in policies]
+        # an arrival event names its part as ``subnet * m + part`` (one int, as a subnet-level one names its subnet)
+        forward_part = [_by_part(p.forward_arrived, m) for p in policies] if parts else forward_arrived
+        backward_part = [_by_part(p.backward_arrived, m) for p in policies] if parts else backward_arrived
         table = self.table
         blocks = table.blocks
-        held: list[CostBlock | None] = [None] * ((n >> BLOCK_SHIFT) + 1)  # the table's blocks by index (a list read)
+        held: list[Any] = [None] * ((n >> BLOCK_SHIFT) + 1)  # the table's blocks by index (a list read)
+        blk: Any
         copies = self.copies
         swap = self.swapped is not None  # VPipe's copies, priced by the table
         generic = not swap and any(type(c) is not Resident for c in copies)  # else every layer stays: no copy to price
@@ -215,7 +235,10 @@ class _Engine:
         swap_wait = [s.wait_s for s in stats]
         all_layers, trainable_layers = self.layout.all, self.layout.trainable
         blocking, free_io, mirrored, gap = self.blocking, self.costs.free_io, self.plan.mirrored, self.gap
-        direct = free_io or blocking  # no link event at the sender's end: delivered now, or sent before it
+        # a subnet-level task's free message is delivered at once; a part's is an event at the same time (the
+        # part-level schedules' model, which their golden keeps: benchmarks/sim_golden.py --micro)
+        deliver_now = free_io and not parts
+        direct = deliver_now or blocking  # no link event at the sender's end: delivered now, or sent before it
         record = self.record_order
         orders = [r.order for r in self.results]
         trace_left = self.trace_left
@@ -233,6 +256,7 @@ class _Engine:
         # (one sift instead of two): every push is later than it, so it stays the root until then.
         stale = False
         forward, backward, update = Kind.FORWARD, Kind.BACKWARD, Kind.UPDATE
+        j = 0  # the task's part (parts only)
         done, arrive_forward, arrive_backward, shift, mask = _DONE, _ARRIVE_F, _ARRIVE_B, BLOCK_SHIFT, BLOCK_MASK
         order = 0
         now = 0.0
@@ -240,6 +264,7 @@ class _Engine:
         # The stage whose completion already chose its next task (``fused``, -1: none) and that task: it is
         # among ``ask`` and nothing of that stage happens before it is reached there (see the done event).
         fused, fused_task = -1, None
+        task: Any  # a Task, or a MicroTask with parts
         check_admission = True  # stage 0's state changed since may_admit last said no
         while True:
             if check_admission:
@@ -261,11 +286,15 @@ class _Engine:
                     task = next_task[k]()
                 if task is None:
                     continue
-                kind, y, _ = task
+                if parts:
+                    kind, y, _, j = task
+                else:
+                    kind, y, _ = task
                 blk = held[y >> shift]
                 if blk is None:
                     blk = self._hold(held, y >> shift)
                 i = (y & mask) * d + k
+                p = i * m + j if parts else i  # the part's entry (update and uses: the subnet's, at i)
                 if record:
                     orders[k].append(task)
                 if generic:
@@ -292,24 +321,28 @@ class _Engine:
                     start = now
                 if kind is forward:
                     mid = start
-                    end = start + blk.forward[i]
+                    end = start + blk.forward[p]
                     forward_s[k] += end - start
                 elif kind is backward:
-                    r = blk.recompute[i]
+                    r = blk.recompute[p]
                     if r:
                         mid = start + r
                         recompute_s[k] += mid - start
                         spans[k] += 1
                     else:
                         mid = start
-                    end = mid + blk.backward[i]
+                    end = mid + blk.backward[p]
                     backward_s[k] += end - mid
-                else:
+                elif kind is update:
                     mid = start
                     end = start + blk.update[i]
                     update_s[k] += end - start
                     if not generic:  # forward, backward and this update each used their layers (hit or miss)
                         uses[k] += blk.uses[i]
+                else:  # a split backward's weight task (its seconds count as backward)
+                    mid = start
+                    end = start + blk.weight[p]
+                    backward_s[k] += end - start
                 free = end
                 if releasing:
                     free = copies[k].release(task, layers, end)
@@ -328,7 +361,7 @@ class _Engine:
                         waiting_s[k] += free - end
                         spans[k] += 1
                 if tracing and (y < head or y >= tail) and trace_left[k] > 0:
-                    recomputes = kind is backward and bool(blk.recompute[i])
+                    recomputes = kind is backward and bool(blk.recompute[p])
                     self._trace(k, task, (now, start, mid, end, free), recomputes)
                 tasks[k] += 1
                 running[k] = task
@@ -338,7 +371,20 @@ class _Engine:
                 else:
                     computing_until[k] = end
                     if (kind is forward and k < last) or (kind is backward and k > 0):
-                        what, t = _SEND, free  # how long the send holds the stage depends on the receiver then
+                        if parts:  # priced now, from the receiver's compute as known now (the part-level model)
+                            arrive, dst, sent = self._part_send(k, task, free)
+                            order += 1
+                            event = (arrive, order, arrive_forward if kind is forward else arrive_backward, dst,
+                                     y * m + j)
+                            if stale:
+                                replace(events, event)
+                                stale = False
+                            else:
+                                push(events, event)
+                            ends[k] = sent
+                            what, t = done, sent + gap
+                        else:
+                            what, t = _SEND, free  # how long the send holds the stage depends on the receiver then
                     else:
                         ends[k] = free
                         what, t = done, free + gap
@@ -370,10 +416,13 @@ class _Engine:
                     completed[k](task)
                 if kind is forward:
                     if k == last:
-                        backward_arrived[k](y)
+                        if parts:
+                            backward_part[k](y * m + task[3])
+                        else:
+                            backward_arrived[k](y)
                         ask = (k,)
                     elif direct:
-                        if free_io:
+                        if deliver_now:
                             forward_arrived[k + 1](y)
                             ask = (k, k + 1)
                         else:  # blocking: its arrival was scheduled when the send began
@@ -381,6 +430,9 @@ class _Engine:
                     else:
                         blk = blocks.get(y >> shift) or table.block(y >> shift)
                         i = (y & mask) * d + k
+                        if parts:  # the part's message; the arrival names the part
+                            i = i * m + task[3]
+                            y = y * m + task[3]
                         t = link_up[k]
                         if now > t:
                             t = now
@@ -396,7 +448,7 @@ class _Engine:
                         ask = (k,)
                 elif kind is backward and k:
                     if direct:
-                        if free_io:
+                        if deliver_now:
                             backward_arrived[k - 1](y)
                             ask = (k - 1, k)
                             if k == 1:
@@ -406,6 +458,9 @@ class _Engine:
                     else:
                         blk = blocks.get(y >> shift) or table.block(y >> shift)
                         i = (y & mask) * d + k - 1  # the boundary before stage k
+                        if parts:
+                            i = i * m + task[3]
+                            y = y * m + task[3]
                         t = link_down[k]
                         if now > t:
                             t = now
@@ -434,10 +489,10 @@ class _Engine:
                 else:
                     ask = (k,)
             elif what == arrive_forward:
-                forward_arrived[k](y)
+                forward_part[k](y)
                 ask = (k,)
             elif what == arrive_backward:
-                backward_arrived[k](y)
+                backward_part[k](y)
                 ask = (k,)
             elif what == _SEND:
                 if stale:
@@ -470,7 +525,7 @@ class _Engine:
                 stats[k].in_bytes, stats[k].out_bytes, stats[k].wait_s = swap_in[k], swap_out[k], swap_wait[k]
         return SimResult(self.results, copies, n)
 
-    def _hold(self, held: list[CostBlock | None], index: int) -> CostBlock:
+    def _hold(self, held: list[Any], index: int) -> CostBlock | PartBlock:
         """Block ``index`` of the cost table, into ``held`` (the loop's list of the blocks the table keeps: a
         list index per task instead of a dict lookup); the blocks the table let go are let go here too."""
         block = self.table.block(index)
@@ -505,6 +560,26 @@ class _Engine:
         self.ends[k] = sent
         return max(sent, self._receiver_busy_until(dst, now) + blk.msg_s[i]), dst, sent
 
+    def _part_send(self, k: int, task: Task, at: float) -> tuple[float, int, float]:
+        """A part's blocking send from stage ``k`` when its compute ends at ``at``, priced when the task starts:
+        ``(when the receiver's policy learns of it, the receiver, when the hold ends)``.
+
+        The part-level model (the golden keeps it): the hold follows :meth:`Hardware.send_hold_s` with the
+        receiver's compute as known at the task's start, and the message arrives a latency after the later of
+        ``at`` and that compute's end, or when the hold ends."""
+        kind, y, _, j = cast(MicroTask, task)
+        dst = k + 1 if kind is Kind.FORWARD else k - 1
+        blk = cast(PartBlock, self.table.block(y >> BLOCK_SHIFT))
+        p = ((y & BLOCK_MASK) * len(self.policies) + min(k, dst)) * self.m + j
+        nbytes = blk.msg_bytes[p]
+        busy = self.computing_until[dst]
+        sent = at + self.costs.hardware.send_hold_s(k, dst, nbytes, busy - at)
+        self.sent_bytes[k] += nbytes
+        self.waiting_s[k] += sent - at
+        self.spans[k] += 1
+        self._trace_span(k, "waiting", f"send {kind.value}{y}.{j}", at, sent, y)
+        return max(sent, max(at, busy) + blk.msg_s[p]), dst, sent
+
     def _receiver_busy_until(self, k: int, now: float) -> float:
         """When stage ``k`` stops computing and sending, as far as known at ``now`` (``now`` if idle).
 
@@ -529,11 +604,13 @@ class _Engine:
         subnet's cost block, the index of the boundary between them in it)``."""
         kind, y, _ = task
         dst = k + 1 if kind is Kind.FORWARD else k - 1
-        return dst, self.table.block(y >> BLOCK_SHIFT), (y & BLOCK_MASK) * len(self.policies) + min(k, dst)
+        block = cast(CostBlock, self.table.block(y >> BLOCK_SHIFT))
+        return dst, block, (y & BLOCK_MASK) * len(self.policies) + min(k, dst)
 
     def _mirrors(self, k: int, now: float) -> tuple[list[tuple[float, Mirror]], list[int]]:
         """Stage ``k``'s update at ``now`` sends its mirrors: ``(arrival time and mirror of each one
-        relayed hop by hop over the neighbour links, stages reached at once with free messages)``."""
+        relayed hop by hop over the neighbour links, stages reached at once with free messages)``. A part-level
+        schedule's mirrors are relayed with free messages too (in no time: events of their own)."""
         costs = self.costs
         relayed: list[tuple[float, Mirror]] = []
         reached: list[int] = []
@@ -541,7 +618,7 @@ class _Engine:
         for mirror in self.policies[k].take_mirrors():
             nbytes = costs.param_bytes(mirror.layer) * (1 + costs.optimizer_states)
             result.mirror_bytes += nbytes
-            if costs.free_io:
+            if costs.free_io and not self.parts:
                 self._mirror_arrived(mirror.dst, mirror)
                 reached.append(mirror.dst)
                 continue
@@ -549,7 +626,7 @@ class _Engine:
             links = self.link_up if step == 1 else self.link_down
             for src in range(k, mirror.dst, step):
                 start = max(at, links[src])
-                at = start + costs.hardware.transfer_s(src, src + step, nbytes)
+                at = start + (0.0 if costs.free_io else costs.hardware.transfer_s(src, src + step, nbytes))
                 links[src] = at
             relayed.append((at, mirror))
         return relayed, reached
@@ -560,18 +637,21 @@ class _Engine:
 
     def _trace(self, k: int, task: Task, times: tuple[float, float, float, float, float], recomputes: bool) -> None:
         """The task's spans, in time order, into stage ``k``'s trace while its budget lasts."""
-        kind, y, _ = task
+        kind, y = task[0], task[1]
+        part = f"{y}.{task[3]}" if self.parts else f"{y}"  # type: ignore[misc]  # a MicroTask's part
         now, start, mid, end, free = times
         if start > now:
             self._trace_span(k, "waiting", "copy", now, start, y)
         if kind is Kind.FORWARD:
-            self._trace_span(k, "forward", f"F{y}", start, end, y)
+            self._trace_span(k, "forward", f"F{part}", start, end, y)
         elif kind is Kind.UPDATE:
             self._trace_span(k, "optimizer", f"U{y}", start, end, y)
+        elif kind is Kind.WEIGHT:
+            self._trace_span(k, "backward", f"W{part}", start, end, y)
         else:
             if recomputes:
-                self._trace_span(k, "recompute", f"R{y}", start, mid, y)
-            self._trace_span(k, "backward", f"B{y}", mid, end, y)
+                self._trace_span(k, "recompute", f"R{part}", start, mid, y)
+            self._trace_span(k, "backward", f"B{part}", mid, end, y)
         if free > end:
             self._trace_span(k, "waiting", "copy", end, free, y)
 

@@ -20,11 +20,10 @@ from naspipe.runplan.rules import effective_recompute
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions
 from naspipe.sim.beside import Beside
-from naspipe.sim.bound import longest_path, lower_bound
+from naspipe.sim.bound import longest_path, lower_bound, micro_longest_path
 from naspipe.sim.costs import CostModel, at_batch, with_weight_stash
 from naspipe.sim.engine import CATEGORIES, ResidencyFactory, SimResult, simulate
 from naspipe.sim.memory import MemoryReport, memory_report
-from naspipe.sim.micro import micro_longest_path, simulate_micro
 from naspipe.sim.residency import (
     ContextCache,
     Residency,
@@ -99,8 +98,7 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
     side = _path_and_memory(setup, recompute, budgets)
     aside = Beside(side) if setup.subnets * setup.plan.num_stages >= BESIDE_TASKS else None
     try:
-        run = simulate_micro if setup.options.micro_batched else simulate
-        result = run(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
+        result = simulate(setup.plan, setup.system, setup.subnets, setup.options, setup.costs, recompute,
                      residency_for(setup, budgets), trace_max_events=setup.trace_max_events,
                      trace_subnets=setup.trace_subnets, on_admit=on_admit)
     except BaseException:

@@ -23,9 +23,11 @@ earlier widens what it keeps, so a very wide window costs memory, never repeated
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
+from naspipe.config.validation import check_parts
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.sim.costs import CostModel
 
@@ -86,7 +88,37 @@ class BlockArrays:
     trainable: np.ndarray  # trainable layers per (subnet, stage)
 
 
-class CostTable:
+B = TypeVar("B")
+
+
+class _Blocks(Generic[B]):
+    """Blocks built on demand, the last ``keep`` kept: subnets in flight span a few hundred ids at most, so a
+    long run's table stays a few blocks; rebuilding one it let go widens what it keeps (never repeated work)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.blocks: dict[int, B] = {}
+        self._evicted: set[int] = set()
+
+    def block(self, index: int) -> B:
+        """Subnets ``[index * BLOCK, (index + 1) * BLOCK)``; the engine looks here first: ``blocks.get``."""
+        found = self.blocks.get(index)
+        if found is not None:
+            return found
+        if index in self._evicted:
+            self.keep += 1
+        built = self.blocks[index] = self._build(index)
+        while len(self.blocks) > self.keep:
+            oldest = min(self.blocks)
+            del self.blocks[oldest]
+            self._evicted.add(oldest)
+        return built
+
+    def _build(self, index: int) -> B:
+        raise NotImplementedError
+
+
+class CostTable(_Blocks[CostBlock]):
     """Lazily built :class:`CostBlock` per ``BLOCK`` subnets of one plan, costs and recompute setting.
 
     ``swapped``: the layers VPipe's swap copies (trainable ones; see :class:`SwapBlock`), or None.
@@ -94,8 +126,9 @@ class CostTable:
 
     def __init__(self, plan: PipelinePlan, costs: CostModel, recompute: bool, keep: int = 4,
                  swapped: frozenset[int] | None = None) -> None:
+        super().__init__(keep)
         structure = plan.structure
-        self.plan, self.costs, self.recompute, self.keep = plan, costs, recompute, keep
+        self.plan, self.costs, self.recompute = plan, costs, recompute
         self.stages = plan.num_stages
         n = structure.num_layers
         trainable = np.array([structure.is_trainable(lid) for lid in range(n)], dtype=bool)
@@ -116,22 +149,6 @@ class CostTable:
         self._positions = np.arange(structure.num_positions, dtype=np.int64)
         self._ones, self._trainable_ones = np.ones(n, dtype=np.int64), trainable.astype(np.int64)  # to count layers
         self._same_host = [hw.host_of(k) == hw.host_of(k + 1) for k in range(self.stages - 1)]
-        self.blocks: dict[int, CostBlock] = {}
-        self._evicted: set[int] = set()
-
-    def block(self, index: int) -> CostBlock:
-        """Subnets ``[index * BLOCK, (index + 1) * BLOCK)``; the engine looks here first: ``blocks.get``."""
-        found = self.blocks.get(index)
-        if found is not None:
-            return found
-        if index in self._evicted:
-            self.keep += 1
-        built = self.blocks[index] = self._build(index)
-        while len(self.blocks) > self.keep:
-            oldest = min(self.blocks)
-            del self.blocks[oldest]
-            self._evicted.add(oldest)
-        return built
 
     def layer_matrix(self, index: int) -> np.ndarray:
         """Row ``i``: the layer subnet ``index * BLOCK + i`` runs at each position (as SubnetLayers)."""
@@ -223,7 +240,7 @@ class CostTable:
                          seconds(update_out))
 
     def _transfer(self, nbytes: np.ndarray) -> np.ndarray:
-        """:meth:`Hardware.transfer_s` per link column, the same operations in the same order."""
+        """:meth:`Hardware.transfer_s` per link column (axis 1), the same operations in the same order."""
         hw = self.costs.hardware
         out = np.empty_like(nbytes)
         for k, same in enumerate(self._same_host):
@@ -232,6 +249,80 @@ class CostTable:
             else:
                 out[:, k] = hw.network_latency + nbytes[:, k] / hw.network_bandwidth
         return out
+
+
+INPUT_SHARE = 0.5  # of a backward's kernels, the input gradient's (the weight gradient's is the rest)
+
+
+def part_fractions(batch: int, parts: int) -> list[float]:
+    """Each part's share of the batch, as ``torch.tensor_split`` cuts it (the first ``batch % parts`` larger)."""
+    check_parts(parts, batch, "the batch")  # one line: simulate and plan reach here with the batch they price
+    small, extra = divmod(batch, parts)
+    return [(small + (j < extra)) / batch for j in range(parts)]
+
+
+@dataclass(frozen=True, slots=True)
+class PartBlock:
+    """A micro-batched schedule's :class:`CostBlock`: flat per-(subnet, stage, part) lists, index
+    ``((subnet - first) * D + stage) * m + part``, but for ``update`` and ``uses``, once per (subnet, stage)
+    (index ``(subnet - first) * D + stage``, as a :class:`CostBlock`'s)."""
+
+    forward: list[float]
+    recompute: list[float]  # 0.0 on the last stage (a part's backward follows its forward there at once)
+    backward: list[float]  # the input gradient's share when split (the recompute not included)
+    weight: list[float]  # 0.0 unsplit
+    update: list[float]
+    msg_s: list[float]  # the part's activation from stage k to k + 1 (0.0 on the last, and with free messages)
+    msg_bytes: list[float]
+    uses: list[int]  # layer uses of the subnet's tasks on the stage: m forwards, m (and m weight) backwards, the update
+
+
+class PartTable(_Blocks[PartBlock]):
+    """:class:`PartBlock` per ``BLOCK`` subnets: the subnet-level :class:`CostTable`'s entries cut into parts.
+
+    What a task of part ``j`` (``f = size_j / batch`` of the batch, :func:`part_fractions`) costs: its
+    forward, recompute and backward kernels are ``f`` times the subnet's (the cost models are linear in
+    the batch, :func:`~naspipe.sim.costs.at_batch`), plus the hardware's per-task overhead, which a part
+    pays in full (the price of many small tasks); a split backward's ``B`` holds the recompute and
+    :data:`INPUT_SHARE` of the backward kernels (the input gradient: one of a dense layer's two backward
+    products), ``W`` the rest plus its own overhead; the update, once per subnet and stage, costs what it
+    costs unsplit; the last stage does not recompute (a part's backward follows its forward there at once,
+    so its activations are kept for it; the runtime's executor does the same, and recomputation does not
+    change a bit); messages carry ``f`` of the activation. Each entry is the same IEEE operations, in the
+    same order, as the scalar expression in each field's comment of :meth:`_build`.
+    """
+
+    def __init__(self, plan: PipelinePlan, costs: CostModel, recompute: bool, parts: int, split: bool,
+                 keep: int = 4) -> None:
+        super().__init__(keep)
+        self.table = CostTable(plan, costs, recompute)  # its arrays only (a part block holds what it needs)
+        self.costs, self.parts, self.split, self.stages = costs, parts, split, plan.num_stages
+        fractions = part_fractions(costs.batch, parts) if not costs.per_task else [1.0 / parts] * parts
+        self.fractions = np.array(fractions, dtype=np.float64)
+        self.overhead = 0.0 if costs.per_task else costs.hardware.task_overhead_s
+
+    def _build(self, index: int) -> PartBlock:
+        a, d, ov, fr = self.table.arrays(index), self.stages, self.overhead, self.fractions
+        share = INPUT_SHARE if self.split else 1.0
+        forward = a.forward - ov  # the kernels (overhead + kernels - overhead, as a float)
+        backward = a.backward - ov
+        recompute = a.recompute.copy()
+        recompute[:, d - 1] = 0.0
+        msg_bytes = a.msg_bytes[:, :, None] * fr  # nbytes * f
+        msg_s = np.zeros_like(msg_bytes)
+        if not self.costs.free_io and d > 1:  # Hardware.transfer_s(k, k + 1, nbytes * f) on each link
+            msg_s[:, :-1, :] = self.table._transfer(msg_bytes[:, :-1, :])
+        if self.split:
+            weight = ov + (backward * (1.0 - share))[:, :, None] * fr  # ov + backward * (1 - share) * f
+        else:
+            weight = np.zeros_like(msg_bytes)
+        uses = (2 + self.split) * self.parts * a.counts + a.trainable
+        return PartBlock(
+            forward=flat(ov + forward[:, :, None] * fr),  # ov + forward * f
+            recompute=flat(recompute[:, :, None] * fr),  # recompute * f
+            backward=flat(ov + (backward * share)[:, :, None] * fr),  # ov + backward * share * f
+            weight=flat(weight), update=flat(a.update), msg_s=flat(msg_s), msg_bytes=flat(msg_bytes),
+            uses=uses.ravel().tolist())
 
 
 def flat(a: np.ndarray) -> list[float]:

@@ -147,6 +147,11 @@ class MicroCSP(CSP):
             if self._window is not None:
                 self._accumulated(subnet)
 
+    def completed_then_next(self, task: Task | MicroTask) -> MicroTask | None:  # type: ignore[override]
+        """:meth:`completed` then :meth:`next_task` (CSP's one-pass version reads subnet-level tasks)."""
+        self.completed(task)
+        return self.next_task()
+
     def _part_done(self, subnet: int) -> None:
         done = self._parts_done.get(subnet, 0) + 1
         self._parts_done[subnet] = done
