@@ -26,6 +26,7 @@ from naspipe.scheduling.replicas import ReplicaLayout
 
 SHAPES = ((7, 5), (13,), (3, 4, 2), (6,), (2, 2))
 SEEDS = (0, 1)
+CHUNKS = (1, 4, 1000)  # whole; pipelined in slices that cut tensors; more slices than values (empty ones dropped)
 GROUP_DEADLINE_S = 60.0  # the whole spawned group, start-up included; a case takes milliseconds
 PEER_TIMEOUT_S = 15.0  # a collective waiting this long for a peer raises
 
@@ -90,8 +91,9 @@ def _run_cases(rank: int, world: int) -> dict[str, dict[str, list[Any]]]:
         layout = ReplicaLayout(m, world)
         bucket = Bucket.like([torch.zeros(s) for s in shapes])
         mine = [parts[j] for j in layout.parts(rank)]
-        results[name] = {"sequential": autograd_sum(parts, shapes), "chain": chain_sum(bucket, mine, layout),
-                         "gather": gather_sum(bucket, mine, layout), "all_reduce": all_reduce_sum(bucket, mine, layout)}
+        results[name] = {"sequential": autograd_sum(parts, shapes), "gather": gather_sum(bucket, mine, layout),
+                         "all_reduce": all_reduce_sum(bucket, mine, layout),
+                         **{f"chain{c}": chain_sum(bucket, mine, layout, chunks=c) for c in CHUNKS}}
     return results
 
 
@@ -139,7 +141,7 @@ def replicated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return results
 
 
-@pytest.mark.parametrize("method", ["chain", "gather"])
+@pytest.mark.parametrize("method", [*(f"chain{c}" for c in CHUNKS), "gather"])
 def test_ordered_sums_equal_sequential_bit_for_bit(replicated: list[Any], method: str) -> None:
     for replica, cases in enumerate(replicated):
         for name, result in cases.items():
@@ -161,7 +163,7 @@ def test_plain_all_reduce_loses_the_bits(replicated: list[Any]) -> None:
     """Why this module exists: 1e8, 1, -1e8, 1 in part order is 1.0; as two replica sums it is 0.0."""
     for cases in replicated:
         result = cases["magnitudes"]
-        assert result["sequential"][0].item() == 1.0 and result["chain"][0].item() == 1.0
+        assert result["sequential"][0].item() == 1.0 and result["chain4"][0].item() == 1.0
         assert result["all_reduce"][0].item() == 0.0
 
 
@@ -187,5 +189,7 @@ def test_bucket_round_trip_and_refusals() -> None:
         bucket.pack([None])
     with pytest.raises(ValueError, match=r"gradient 1 has shape \(5,\), the bucket \(4,\)"):
         bucket.pack([None, torch.zeros(5)])
+    assert bucket.spans(4) == [(0, 2), (2, 4), (4, 7), (7, 9), (9, 12)]  # flags, then 10 values in 4 slices
+    assert bucket.spans(100)[:3] == [(0, 2), (2, 3), (3, 4)] and len(bucket.spans(100)) == 11
     with pytest.raises(ValueError, match="one dtype"):
         Bucket.like([torch.zeros(1), torch.zeros(1, dtype=torch.float64)])
