@@ -42,23 +42,38 @@ def predict_parts(policy: MicroCSP, horizon: int, end: int, running: MicroTask |
 
 
 def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | None) -> list[Task]:
+    """The run ahead of the module docstring. Its long stretches, a stage taking arrivals with nothing else to
+    run (most of a run ahead: the stages below fill the pipeline first), go a subnet at a time: on the first
+    stage an admitted subnet's forwards (:meth:`MicroCSP.forwards_ahead`), on a middle stage its parts'
+    arrivals and forwards up to the next release of a gradient (:meth:`MicroCSP.arrive_ahead`); the same
+    calls' effects, and the same answer, as part by part."""
     sim = policy.clone()
-    arrivals = policy.pending_parts(end)
+    runs = policy.pending_part_runs(end)
     pending = policy.awaiting_parts()
-    depth = (policy.plan.num_stages - 1 - policy.stage) * policy.micro_batches
+    m = policy.micro_batches
+    depth = (policy.plan.num_stages - 1 - policy.stage) * m
+    is_first, is_last = sim.is_first, sim.is_last
+    middle = not is_first and not is_last
     out: list[Task] = []
 
     def complete(task: MicroTask) -> None:
         sim.completed(task)
         if task.kind is FORWARD:
-            if sim.is_last:
+            if is_last:
                 sim.backward_arrived(task.subnet, task.micro)
             else:
                 pending.append((task.subnet, task.micro))
 
+    def forwards(subnet: int, first: int, count: int) -> None:
+        """``count`` forwards of ``subnet`` from part ``first`` ran (and completed) on a stage before the last."""
+        plain = Task(FORWARD, subnet, sim.stage)
+        if not out or out[-1] != plain:
+            out.append(plain)
+        pending.extend((subnet, j) for j in range(first, first + count))
+
     if running is not None:
         complete(running)
-    arrival = next(arrivals, None)
+    arrival = next(runs, None)  # (subnet, first part not arrived)
     while len(out) < horizon:
         task = sim.next_task()
         if task is not None:
@@ -67,7 +82,7 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
                 out.append(plain)
             complete(task)
             continue
-        can_arrive = arrival is not None and (not sim.is_first or sim.may_admit(arrival[0]))
+        can_arrive = arrival is not None and (not is_first or sim.may_admit(arrival[0]))
         if pending and (len(pending) >= depth or not can_arrive):
             lowest = min(pending)
             pending.remove(lowest)
@@ -76,12 +91,22 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
         if not can_arrive:
             break
         assert arrival is not None
-        subnet, micro = arrival
-        if sim.is_first:  # an admission brings every part of the subnet
+        subnet, first = arrival
+        if is_first:  # an admission brings every part of the subnet
             sim.admit(subnet)
-            while arrival is not None and arrival[0] == subnet:
-                arrival = next(arrivals, None)
-        else:
-            sim.forward_arrived(subnet, micro)
-            arrival = next(arrivals, None)
+            ran = sim.forwards_ahead(subnet) if not is_last else 0
+            if ran:
+                forwards(subnet, 0, ran)
+            arrival = next(runs, None)
+            continue
+        ran = sim.arrive_ahead(subnet, first, depth - len(pending)) if middle else 0
+        if ran:
+            forwards(subnet, first, ran)
+            first += ran
+        elif not middle:
+            sim.forward_arrived(subnet, first)
+            first += 1
+        else:  # blocked: every part arrived
+            first = m
+        arrival = (subnet, first) if first < m else next(runs, None)
     return out

@@ -99,8 +99,24 @@ class MicroCSP(CSP):
         if not self.is_first or subnet != self.admitted:
             raise RuntimeError(f"stage {self.stage}: cannot admit subnet {subnet} (next is {self.admitted})")
         self.admitted += 1
-        for micro in range(self.micro_batches):
-            self.forward_arrived(subnet, micro)
+        self.forward_arrived(subnet, 0)
+        self._arrive_more(subnet, 1)
+
+    def _arrive_more(self, subnet: int, first: int) -> None:
+        """Parts ``first`` .. ``m - 1`` of ``subnet`` arrive, part ``first - 1`` having arrived just before (it
+        registered the subnet and queued it): :meth:`forward_arrived` for each, in one step (none of them
+        changes whether the subnet is blocked or queued; each adds one message, one arrived part and one
+        pending forward)."""
+        rest = self.micro_batches - first
+        if rest <= 0:
+            return
+        self.messages += rest
+        count = self._arrived_parts[subnet] + rest  # (part first - 1 left it short of m: it is listed)
+        if count == self.micro_batches:
+            del self._arrived_parts[subnet]
+        else:
+            self._arrived_parts[subnet] = count
+        self._pending_f[subnet].extend(range(first, self.micro_batches))
 
     def forward_arrived(self, subnet: int, micro: int = 0) -> None:
         self.messages += 1
@@ -248,7 +264,61 @@ class MicroCSP(CSP):
             self._needed[subnet] = needed
         return needed
 
-    # -- what the predictor reads -----------------------------------------
+    # -- what the predictor reads and runs --------------------------------
+    def arrive_ahead(self, subnet: int, first: int, limit: int) -> int:
+        """The predictor's arrivals on a stage between the first and the last with nothing to run: parts
+        ``first``, ``first + 1``, ... of ``subnet`` arrive one at a time and, unless the subnet is blocked, each
+        one's forward runs and completes before the next arrives (with nothing else queued, :meth:`next_task`
+        answers it), for at most ``limit`` parts. Returns how many forwards ran; 0: the subnet is blocked, and
+        every part of it arrived. The state after is that of those calls (:meth:`forward_arrived`,
+        :meth:`next_task`, :meth:`completed`), made one by one."""
+        self.forward_arrived(subnet, first)  # registers the subnet at its first part
+        if self._blocked[subnet]:
+            self._arrive_more(subnet, first + 1)
+            return 0
+        ready = self._ready_f
+        assert ready == [subnet] and self._pending_f[subnet] == [first] and not self.is_last, "not an idle middle stage"
+        ran = min(limit, self.micro_batches - first)
+        ready.clear()  # _take_forward's pops: the part was the only queued forward, as is each next one
+        del self._pending_f[subnet]
+        if ran > 1:  # the later parts' arrivals (forward_arrived's counts)
+            self.messages += ran - 1
+            count = self._arrived_parts[subnet] + ran - 1
+            if count == self.micro_batches:
+                del self._arrived_parts[subnet]
+            else:
+                self._arrived_parts[subnet] = count
+        awaiting = self._awaiting_parts  # completed(F): the gradients to come back
+        for j in range(first, first + ran):
+            awaiting[(subnet, j)] = None
+        return ran
+
+    def forwards_ahead(self, subnet: int) -> int:
+        """The predictor's run of ``subnet``'s forwards right after its admission on the first stage (not also
+        the last), with nothing else to run: each part's forward runs and completes in part order (what
+        :meth:`next_task` and :meth:`completed` do, one by one). Returns how many ran: ``m``, or 0 when the
+        subnet is blocked or other work is queued (nothing then changed)."""
+        ready = self._ready_f
+        if self._blocked[subnet] or ready != [subnet] or self.is_last or self._urgent_u or self._urgent_w \
+                or self._ready_parts_b or len(self._idle_w) > self.micro_batches or (
+                    not self._critical and (self._ready_u or self._idle_w)):
+            return 0
+        ready.clear()
+        parts = self._pending_f.pop(subnet)
+        awaiting = self._awaiting_parts
+        for j in parts:
+            awaiting[(subnet, j)] = None
+        return len(parts)
+
+    def pending_part_runs(self, end: int) -> Iterator[Part]:
+        """:meth:`pending_parts` as runs: ``(subnet, first)`` for parts ``first`` .. ``m - 1`` of ``subnet``."""
+        partial = sorted(self._arrived_parts.items())
+        for subnet in self.pending_arrivals(end):
+            while partial and partial[0][0] < subnet:
+                yield partial.pop(0)
+            yield subnet, 0
+        yield from partial
+
     def awaiting_parts(self) -> list[Part]:
         """Parts whose forward ran here and whose gradient has not come back, in forward order."""
         return list(self._awaiting_parts)
