@@ -209,8 +209,8 @@ def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
     layers = _fresh(space)
     ex, _ = _executor(space, layers, stash_gradients=True)
     for y in (0, 1):
-        ex.forward(y, ids, inputs[y])
-        ex.backward(y, ids, None)
+        ex.forward(y, 0, ids, inputs[y])
+        ex.backward(y, 0, ids, None)
         assert all(p.grad is None for lid in ids for p in layers[lid].parameters())  # nothing summed in .grad
     ex.update(ids, subnet=0)
     ex.update(ids, subnet=1)
@@ -219,8 +219,8 @@ def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
     ref, ref_opt = _executor(space, ref_layers)
     grads = {}
     for y in (0, 1):
-        ref.forward(y, ids, inputs[y])
-        ref.backward(y, ids, None)
+        ref.forward(y, 0, ids, inputs[y])
+        ref.backward(y, 0, ids, None)
         grads[y] = {lid: [None if p.grad is None else p.grad.clone() for p in ref_layers[lid].parameters()]
                     for lid in ids}
         for lid in ids:
@@ -238,8 +238,8 @@ def test_gradient_stash_gives_each_subnet_its_own_optimizer_step():
     summed_layers = _fresh(space)  # the wrong way (one step with the sum) is observably different
     summed, _ = _executor(space, summed_layers)
     for y in (0, 1):
-        summed.forward(y, ids, inputs[y])
-        summed.backward(y, ids, None)
+        summed.forward(y, 0, ids, inputs[y])
+        summed.backward(y, 0, ids, None)
     summed.update(ids)
     trained = [lid for lid in ids if space.structure.is_trainable(lid)]
     assert any(not torch.equal(a, b) for lid in trained
@@ -254,21 +254,21 @@ def test_weight_stash_backward_uses_the_version_the_forward_read():
 
     plain_layers = _fresh(space)
     plain, _ = _executor(space, plain_layers, recompute=False, stash_gradients=True)
-    plain.forward(0, ids, inputs)
-    plain.backward(0, ids, None)
-    expected = {lid: plain._grads[0][lid] for lid in trained}
+    plain.forward(0, 0, ids, inputs)
+    plain.backward(0, 0, ids, None)
+    expected = {lid: plain.stash.get(0)[lid] for lid in trained}
 
     layers = _fresh(space)
     ex, _ = _executor(space, layers, recompute=False, stash_gradients=True, stash_weights=True)
-    loss = ex.forward(0, ids, inputs)
+    loss = ex.forward(0, 0, ids, inputs)
     before = {lid: [p.detach().clone() for p in layers[lid].parameters()] for lid in trained}
     with torch.no_grad():  # another subnet's update lands between this forward and backward
         for lid in trained:
             for p in layers[lid].parameters():
                 p.add_(1.0)
-    ex.backward(0, ids, None)
+    ex.backward(0, 0, ids, None)
     for lid in trained:
-        assert all(torch.equal(a, b) for a, b in zip(ex._grads[0][lid], expected[lid], strict=True))
+        assert all(torch.equal(a, b) for a, b in zip(ex.stash.get(0)[lid], expected[lid], strict=True))
         assert all(p.grad is None for p in layers[lid].parameters())
         assert all(torch.equal(p, b + 1.0) for p, b in zip(layers[lid].parameters(), before[lid], strict=True))
     ex.update(tuple(ids), subnet=0)  # applied to the live parameters

@@ -17,7 +17,7 @@ from naspipe.config import load_config
 from naspipe.context.cache import CacheCapacityError
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.executor import StageExecutor
-from naspipe.runtime.micro import MicroExecutor, split_batch
+from naspipe.runtime.micro import split_batch
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.wire import Message, pack, unpack
 from naspipe.space.base import Batch, LayerContext, SearchSpace, SpaceLayer, State
@@ -202,14 +202,13 @@ def _gradient(split: bool, parts: int) -> torch.Tensor:
     """The weight's gradient after one subnet's parts on one stage (forward, backward, weight tasks)."""
     layer = _TwoSites()
     optimizer_config = load_config(None, []).optimizer
-    base = StageExecutor(cast(SearchSpace, _Space()), {0: layer}, LayerOptimizers({0: layer}, optimizer_config), 0,
-                         True, True, _batch, is_first=True)
-    micro = MicroExecutor(base, parts, split)
+    executor = StageExecutor(cast(SearchSpace, _Space()), {0: layer}, LayerOptimizers({0: layer}, optimizer_config),
+                             0, True, True, _batch, is_first=True, parts=parts, split=split)
     for j in range(parts):
-        micro.forward(0, j, (0,), micro.part_batch(0, j).inputs)
-        micro.backward(0, j, (0,), None)
+        executor.forward(0, j, (0,), executor.part_batch(0, j).inputs)
+        executor.backward(0, j, (0,), None)
         if split:
-            micro.weight(0, j)
+            executor.weight(0, j)
     assert layer.weight.grad is not None
     return layer.weight.grad.clone()
 

@@ -12,26 +12,29 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from naspipe.scheduling.task import AnyTask
+
 FAIL_ENV = "NASPIPE_FAIL_AT"
 
 
 def install_from_env() -> None:
-    """Wrap :meth:`StageWorker._forward` to fail where ``NASPIPE_FAIL_AT`` says (once per process)."""
+    """Wrap the stage's forward task (:class:`~naspipe.runtime.tasks.StageTasks`) to fail where
+    ``NASPIPE_FAIL_AT`` says (once per process)."""
     if not os.environ.get(FAIL_ENV):
         return
-    from naspipe.runtime.worker import StageWorker
+    from naspipe.runtime.tasks import StageTasks
 
-    forward = StageWorker._forward
+    forward = StageTasks._forward
     if getattr(forward, "_naspipe_fault", False):
         return
 
-    def failing_forward(self: StageWorker, y: int, layers: tuple[int, ...]) -> Any:
-        if _target(os.environ.get(FAIL_ENV, "")) == (self.stage, y):
-            raise RuntimeError(f"injected failure ({FAIL_ENV}) in stage {self.stage}, forward of subnet {y}")
-        return forward(self, y, layers)
+    def failing_forward(self: StageTasks, task: AnyTask, layers: tuple[int, ...], start: float) -> Any:
+        if _target(os.environ.get(FAIL_ENV, "")) == (self.stage, task.subnet):
+            raise RuntimeError(f"injected failure ({FAIL_ENV}) in stage {self.stage}, forward of subnet {task.subnet}")
+        return forward(self, task, layers, start)
 
     failing_forward._naspipe_fault = True  # type: ignore[attr-defined]
-    StageWorker._forward = failing_forward  # type: ignore[method-assign]
+    StageTasks._forward = failing_forward  # type: ignore[method-assign]
 
 
 def _target(spec: str) -> tuple[int, int] | None:

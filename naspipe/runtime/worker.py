@@ -1,19 +1,18 @@
 """A stage worker: receive messages, ask the policy for a task, run it, send the result.
 
-The worker is thin on purpose: *what* runs next is the policy's decision (pure scheduling
-core), *how* it runs is the executor's. The worker moves tensors between them and the
-transport, records the trace, and takes checkpoints at drain points.
+The worker is thin on purpose: *what* runs next is the policy's decision (pure scheduling core),
+*how* a task runs is :class:`~naspipe.runtime.tasks.StageTasks`' (one path for every schedule: a
+subnet-level task of the paper's schedule is part 0 of 1). The worker builds the stage, moves
+messages to the tasks and the policy, tells the policy what finished, sends mirrors and takes
+checkpoints at drain points.
 
 A policy may ask more of the runtime through class attributes (its capabilities, :mod:`naspipe.systems`):
 per-subnet gradient stash (BSP: GPipe, VPipe), weight stash and forced-off recomputation
 (ASP: PipeDream), parameter swapping (VPipe: a :class:`~naspipe.runtime.swap.HostSwapper`
 fetches a task's layers before it and evicts them after), checkpoints only at bulk
 boundaries (BSP). A policy with ``stream_ends_at`` is told where the stream (or the run up
-to the next checkpoint drain) ends. Sequential and CSP ask for none of it.
-
-A micro-batched policy (``micro_batches`` > 1 or ``split_backward``) hands out
-:class:`~naspipe.scheduling.task.MicroTask` s, which :class:`~naspipe.runtime.micro_stage.MicroStage`
-runs; messages then carry their part and arrive at the policy with it.
+to the next checkpoint drain) ends. Sequential and CSP ask for none of it. A micro-batched
+policy (``micro_batches`` > 1 or ``split_backward``) takes each message's part with it.
 """
 
 from __future__ import annotations
@@ -22,29 +21,27 @@ import io
 import resource
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import cast
 
 import torch
 
-from naspipe import systems
 from naspipe.determinism import layer_precision
 from naspipe.runplan.job import Job
-from naspipe.runplan.rules import cache_budget, effective_recompute, prefetch_horizon
+from naspipe.runplan.rules import cache_budget, effective_recompute
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.build import build_stage
 from naspipe.runtime.context import ContextManager, layer_bytes
 from naspipe.runtime.executor import StageExecutor
-from naspipe.runtime.micro_stage import MicroStage
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.outputs import tensor_digest
 from naspipe.runtime.recorder import Recorder, StageLogs, StageReport, access_log
+from naspipe.runtime.residency import Residency
 from naspipe.runtime.swap import HostSwapper
+from naspipe.runtime.tasks import StageTasks, wait_for_device
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
-from naspipe.scheduling import Kind, Task, make_policy
-from naspipe.scheduling.predictor import layer_uses, predict, task_layers
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, MicroTask
+from naspipe.scheduling import make_policy
+from naspipe.scheduling.task import FORWARD, UPDATE, AnyTask
 from naspipe.scheduling.windows import SharedWindow
 
 
@@ -62,12 +59,10 @@ class StageWorker:
     ) -> None:
         self.job, self.stage, self.transport, self.device = job, stage, transport, device
         self.run_dir, self.barrier, self.progress = run_dir, barrier, progress
-        self._cuda = device.type == "cuda"
         config = job.config
         self.steps = config.steps
         self.policy = make_policy(config.system, stage, job.plan, job.policy_options)
         self.is_last = self.policy.is_last  # decided once, by the policy (the stage of the loss)
-        self.needs = systems.get(config.system)
         self.recompute = effective_recompute(config.system, config.recompute)
         self.layers = {lid: module.to(device) for lid, module in build_stage(job, stage).items()}
         self.optimizers = LayerOptimizers(self.layers, config.optimizer)
@@ -75,21 +70,16 @@ class StageWorker:
         start = ckpt.restore(resume, self.layers, self.optimizers, self.windows) if resume is not None else 0
         # training time before this segment: a resume continues the resumed checkpoint's clock
         self.wall_before = (ckpt.trained_wall_s(ckpt.read_manifest(resume)) or 0.0) if resume is not None else 0.0
-        self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.needs.swap_parameters else None
+        self.swapper = HostSwapper(self.layers, self.optimizers, device) if self.policy.swap_parameters else None
         self.context = self._make_context() if config.cache.enabled else None
-        self._held: dict[int, tuple[list[int], list[int]]] = {}  # subnet -> (layers kept until its update, dirty)
-        self.executor = StageExecutor(job.space, self.layers, self.optimizers, config.seed, self.recompute,
-                                      self.is_last, lambda y: job.space.batch(y, config.seed), is_first=stage == 0,
-                                      stash_gradients=self.needs.stash_gradients,
-                                      stash_weights=self.needs.stash_weights, windows=self.windows,
-                                      precision=layer_precision(config.precision, device))
-        self.micro = MicroStage(self) if job.policy_options.micro_batched else None
+        executor = self._make_executor()
         self.policy.resume_at(start)
         self.mirror_bytes = self.relay_bytes = 0
-        self._announce_end(start)
+        end = self._announce_end(start)  # (at start-up no mirror is due: every stage restored the newest states)
         logs = StageLogs(run_dir / "logs", stage, sorted(self.layers), self.is_last, config.trace_max_events)
         self.recorder = Recorder(stage, logs)
-        self._inbox: dict[tuple[str, int, int], tuple[torch.Tensor | None, ...]] = {}  # (kind, subnet, part)
+        self.residency = Residency(job, stage, self.policy, executor, self.recorder, self.context, self.swapper, end)
+        self.tasks = StageTasks(job, stage, device, executor, self.residency, self.recorder, self._send, progress)
 
     # -- main loop ------------------------------------------------------------
     def run(self) -> StageReport:
@@ -131,6 +121,21 @@ class StageWorker:
                 done = self.policy.finished
                 yield done
 
+    def _make_executor(self) -> StageExecutor:
+        """The stage's arithmetic. A micro-batched policy runs the last stage's backward of a part right after
+        its forward (a backward comes first there), so that stage keeps the part's graph instead of recomputing
+        it: a forward per part for no memory saved. The subnet-level policies may run other tasks in between,
+        so there the last stage recomputes as configured. Recomputation replays the forward's calls: no bit
+        depends on where it is skipped."""
+        job, config, policy = self.job, self.job.config, self.policy
+        options = job.policy_options
+        recompute = self.recompute and not (options.micro_batched and self.is_last)
+        return StageExecutor(job.space, self.layers, self.optimizers, config.seed, recompute, self.is_last,
+                             lambda y: job.space.batch(y, config.seed), is_first=self.stage == 0,
+                             parts=options.micro_batches, split=options.split_backward,
+                             stash_gradients=policy.stash_gradients, stash_weights=policy.stash_weights,
+                             windows=self.windows, precision=layer_precision(config.precision, self.device))
+
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
         config = self.job.config
@@ -157,13 +162,12 @@ class StageWorker:
         window = {"shared_window_bytes": float(self.windows.extra_bytes())} if self.windows is not None else {}
         return {"recompute": float(self.recompute), **swap, **cache, **mirror, **window, **_memory()}
 
-    def _announce_end(self, done: int) -> None:
+    def _announce_end(self, done: int) -> int:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
         every = self.job.config.checkpoint_every
-        self._end = min(self.steps, (done // every + 1) * every) if every else self.steps
-        self.policy.stream_ends_at(self._end)
-        if hasattr(self, "recorder"):  # (at start-up nothing is due: every stage restored the newest states)
-            self._send_mirrors()
+        end = min(self.steps, (done // every + 1) * every) if every else self.steps
+        self.policy.stream_ends_at(end)
+        return end
 
     def _admit(self) -> None:
         policy, every = self.policy, self.job.config.checkpoint_every
@@ -188,8 +192,8 @@ class StageWorker:
         if message.kind == "M":
             self._on_mirror(message)
             return
-        self._inbox[(message.kind, message.subnet, message.micro)] = message.tensors
-        part = () if self.micro is None else (message.micro,)  # a micro-batched policy takes the part
+        self.tasks.arrived(message)
+        part = (message.micro,) if self.job.policy_options.micro_batched else ()  # a micro-batched policy takes it
         if message.kind == "F":
             self.policy.forward_arrived(message.subnet, *part)
         else:
@@ -205,32 +209,11 @@ class StageWorker:
         self.recorder.span("waiting", "wait", start, self.recorder.now())
 
     # -- tasks ----------------------------------------------------------------
-    def _execute(self, task: Task) -> None:
-        if self.micro is not None:
-            self.micro.execute(cast(MicroTask, task))
-            return
-        kind, y, plan = task.kind, task.subnet, self.job.plan
-        layers = plan.trainable_layers(y, self.stage) if kind is UPDATE else plan.stage_layers(y, self.stage)
-        if self.swapper is not None:
-            self._swap(task, layers, fetch=True)
-        if self.context is not None:
-            self._cache_in(task)
-        start = self.recorder.now()
-        if kind is FORWARD:
-            self._forward(y, layers)
-        elif kind is BACKWARD:
-            self._backward(y, layers, start)
-        else:
-            self.executor.update(layers, subnet=y)
-            self._sync()
-            self.recorder.span("optimizer", f"U{y}", start, self.recorder.now(), y)
-        if self.swapper is not None:
-            self._swap(task, layers, fetch=False)
-        if self.context is not None:
-            self._cache_out(task)
+    def _execute(self, task: AnyTask) -> None:
+        self.tasks.run(task)
         self._completed(task)
 
-    def _completed(self, task: Task | MicroTask) -> None:
+    def _completed(self, task: AnyTask) -> None:
         """Tell the policy; after an update, send mirrors and take a checkpoint when one is due; the last
         stage's forward is its own backward's arrival (a micro-batch task's part goes with it)."""
         self.recorder.tasks += 1
@@ -241,69 +224,14 @@ class StageWorker:
         elif task.kind is FORWARD and self.is_last:
             self.policy.backward_arrived(task.subnet, *task[3:])
 
-    def _forward(self, y: int, layers: tuple[int, ...]) -> None:
-        start = self.recorder.now()
-        if self.stage == 0:
-            inputs = tuple(t.to(self.device) for t in self.executor.batch(y).inputs)
-        else:
-            inputs = self._inbox.pop(("F", y, 0))  # type: ignore[assignment]
-        output = self.executor.forward(y, layers, inputs)
-        self.recorder.touch(layers, y, "F")
-        if self.is_last:
-            loss = float(output.item())  # type: ignore[union-attr]
-            self.recorder.logs.loss(y, loss)
-            if self.progress is not None:
-                self.progress(y, loss)
-        self._sync()
-        self.recorder.span("forward", f"F{y}", start, self.recorder.now(), y)
-        if not self.is_last:
-            self._send(self.stage + 1, Message("F", y, output))  # type: ignore[arg-type]
-
-    def _backward(self, y: int, layers: tuple[int, ...], start: float) -> None:
-        grads = None if self.is_last else self._inbox.pop(("B", y, 0))
-        grads_in = self.executor.backward(y, layers, grads)
-        self.recorder.touch(layers, y, "B")
-        self._sync()
-        self.backward_spans(f"{y}", y, start, self.recorder.now(), self.executor.last_recompute_s)
-        if self.stage > 0:
-            self._send(self.stage - 1, Message("B", y, grads_in))
-
-    def backward_spans(self, label: str, y: int, start: float, end: float, recompute_s: float) -> None:
-        """A backward's spans: the recompute its executor timed (``R<label>``), then the rest (``B<label>``)."""
-        recompute = min(recompute_s, end - start)
-        if recompute > 0:
-            self.recorder.span("recompute", f"R{label}", start, start + recompute, y)
-        self.recorder.span("backward", f"B{label}", start + recompute, end, y)
-
     def _send(self, dst: int, message: Message) -> None:
         """A send blocks until the neighbour takes the bytes: the stage waits, it does not compute,
         so the time is recorded as ``waiting`` (not busy) and kept out of the bubble's busy time."""
         start = self.recorder.now()
         self.transport.send(dst, message)
-        self._sync()
+        wait_for_device(self.device)
         self.recorder.span("waiting", f"send {message.kind}{message.subnet}", start, self.recorder.now(),
                            message.subnet)
-
-    def _swap(self, task: Task, layers: tuple[int, ...], fetch: bool) -> None:
-        """VPipe: fetch the task's layers before it; after it, write back what it changed and evict.
-
-        The subnet's stashed gradients go to the host after its backward and come back for its
-        update. All of it is recorded as waiting, none inside the compute spans.
-        """
-        if self.swapper is None or not layers:
-            return
-        start = self.recorder.now()
-        update = task.kind is Kind.UPDATE
-        if fetch:
-            self.swapper.fetch(layers, optimizer=update)
-            if update:
-                self.executor.move_stash(task.subnet, self.swapper.stash_in)
-        else:
-            self.swapper.evict(layers, params=update, buffers=task.kind is Kind.FORWARD, optimizer=update)
-            if task.kind is Kind.BACKWARD:
-                self.executor.move_stash(task.subnet, self.swapper.stash_out)
-        self.recorder.span("waiting", f"swap-{'in' if fetch else 'out'} {task.kind.value}{task.subnet}",
-                           start, self.recorder.now(), task.subnet)
 
     # -- mirroring (per-subnet partitions) ----------------------------------
     def _send_mirrors(self) -> None:
@@ -348,54 +276,14 @@ class StageWorker:
         holders = self.job.plan.holders(self.layers, step)
         return sorted(layer for layer, stage in holders.items() if stage == self.stage)
 
-    def _cache_in(self, task: Task) -> None:
-        """Context manager: fetch what the task misses, prefetch what the predictor says comes next."""
-        if self.context is None:
-            return
-        horizon = prefetch_horizon(self.job.config.system, self.job.config.cache.horizon)
-        upcoming = layer_uses(self.job.plan, predict(self.policy, horizon, self._end, running=task))
-        start = self.recorder.now()
-        waited = self.context.copy_wait_s
-        self.context.begin(task_layers(self.job.plan, task), upcoming)
-        if self.context.copy_wait_s > waited:
-            self.recorder.span("waiting", f"copy-wait {task.kind.value}{task.subnet}", start, self.recorder.now(),
-                               task.subnet)
-
-    def _cache_out(self, task: Task) -> None:
-        """Unpin the task's layers, except what the subnet's update still needs (gradients, and without
-        recomputation the forward's saved tensors); after the update they are dirty."""
-        if self.context is None:
-            return
-        layers = list(task_layers(self.job.plan, task))
-        if task.kind is Kind.UPDATE:
-            self.context.after_update(layers)
-            self.context.end(layers, dirty=layers)
-            held, held_dirty = self._held.pop(task.subnet, ([], []))
-            self.context.end(held, dirty=held_dirty)
-            return
-        if task.kind is Kind.BACKWARD:
-            self.context.note_gradients(layers)
-        dirty = [x for x in layers if task.kind is Kind.FORWARD and self._has_buffers(x)]
-        if (task.kind is Kind.BACKWARD or not self.recompute) and task.subnet not in self._held:
-            self._held[task.subnet] = (layers, dirty)
-            return
-        self.context.end(layers, dirty=dirty)
-
-    def _has_buffers(self, layer: int) -> bool:
-        return any(True for _ in self.layers[layer].buffers())
-
-    def _sync(self) -> None:
-        """Wait for the device's queued kernels, so a span ends when its work has (only on CUDA)."""
-        if self._cuda:
-            torch.cuda.synchronize(self.device)
-
     # -- checkpoints ----------------------------------------------------------
     def _maybe_checkpoint(self) -> None:
         every, done = self.job.config.checkpoint_every, self.policy.finished
         if not every or done % every or done >= self.steps:
             return
         self._checkpoint(done, self.recorder.logs.sync())
-        self._announce_end(done)
+        self.residency.stream_end = self._announce_end(done)
+        self._send_mirrors()
 
     def _checkpoint(self, step: int, log_lengths: dict[str, int]) -> None:
         """Every stage saves its layers; after a barrier stage 0 hashes them all into the manifest."""
