@@ -30,12 +30,19 @@ from naspipe.scheduling.task import FORWARD, MicroTask, Task
 def predict_parts(policy: MicroCSP, horizon: int, end: int, running: MicroTask | None = None) -> list[Task]:
     """The next ``horizon`` subnet-level tasks of ``policy``'s stage (module docstring); the policy is untouched
     (but for the memo of its last answer)."""
-    current = as_plain(running) if running is not None else None
-    memo = policy.last_prediction
-    if current is not None and memo is not None and memo[0] == horizon and current in memo[1]:
-        rest = memo[1][memo[1].index(current):]
-        if 2 * len(rest) > horizon:
-            return rest
+    current = None
+    if running is not None:
+        current = as_plain(running)
+        memo = policy.last_prediction
+        if memo is not None and memo[0] == horizon:
+            tasks = memo[1]
+            try:
+                start = tasks.index(current)
+            except ValueError:
+                pass
+            else:
+                if 2 * (len(tasks) - start) > horizon:
+                    return tasks[start:]
     answer = _run_ahead(policy, horizon, end, running)
     policy.last_prediction = (horizon, [current, *answer]) if current is not None else None
     return answer
@@ -74,14 +81,18 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
     if running is not None:
         complete(running)
     arrival = next(runs, None)  # (subnet, first part not arrived)
+    idle = False  # nothing to run: a stretch of arrivals ended as it began (next_task would answer None)
     while len(out) < horizon:
-        task = sim.next_task()
-        if task is not None:
-            plain = as_plain(task)
-            if not out or out[-1] != plain:
-                out.append(plain)
-            complete(task)
-            continue
+        if idle:
+            idle = False
+        else:
+            task = sim.next_task()
+            if task is not None:
+                plain = as_plain(task)
+                if not out or out[-1] != plain:
+                    out.append(plain)
+                complete(task)
+                continue
         can_arrive = arrival is not None and (not is_first or sim.may_admit(arrival[0]))
         if pending and (len(pending) >= depth or not can_arrive):
             lowest = min(pending)
@@ -97,6 +108,7 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
             ran = sim.forwards_ahead(subnet) if not is_last else 0
             if ran:
                 forwards(subnet, 0, ran)
+                idle = True
             arrival = next(runs, None)
             continue
         ran = sim.arrive_ahead(subnet, first, depth - len(pending)) if middle else 0
@@ -108,5 +120,6 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
             first += 1
         else:  # blocked: every part arrived
             first = m
+        idle = middle
         arrival = (subnet, first) if first < m else next(runs, None)
     return out

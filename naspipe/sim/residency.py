@@ -162,6 +162,10 @@ class ContextCache:
         self._started = self._uses.pop
         self._last_lands = 0.0  # when the last copy in lands (the copy engine's copies end in order)
         self._copy_s: dict[int, float] = {}  # copy seconds by bytes (a layer's few sizes): no call per move
+        # the last acquire's layers and prediction, and its layers' count, while the cache has not changed since
+        # it (no copy landed, no mirror replaced a layer): a repeat of it is a hit on each layer and nothing else
+        # (:meth:`_repeat`); parts of one subnet-level task repeat it, as do a stage's tasks without prediction
+        self._last: tuple[tuple[int, ...], list[Task], int] | None = None
 
     @property
     def stats(self) -> CopyStats:
@@ -174,12 +178,19 @@ class ContextCache:
             if self._last_lands <= now:  # all have landed (one copy engine runs them in turn: the last lands last)
                 self.cache.arrived_all(landing)
                 landing.clear()
-            else:
-                self._land_due(now)
-        # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
-        upcoming = list(map(self._layers_of, predict(self.policy, self.horizon, self.end, running=task)))
+                self._last = None
+            elif self._land_due(now):
+                self._last = None
+        predicted = predict(self.policy, self.horizon, self.end, running=task)
         self._started(task, None)  # a task that started is not predicted again: its list goes (if it was kept)
         update = task[0] is UPDATE
+        last = self._last
+        if last is not None and not update and last[0] == layers and last[1] == predicted:
+            self._repeat(last[2])
+            return now
+        # the predicted tasks' layer lists (a map, not a comprehension: one frame less per task)
+        upcoming = list(map(self._layers_of, predicted))
+        self._last = (layers, predicted, len(set(layers)))
         # the worker's acquire, prefetch and (after the task) release: nothing reaches this stage's cache
         # between a task's acquire and its release (the engine calls them back to back), so one call
         if landing and not self.cache.room_for(layers):
@@ -191,6 +202,20 @@ class ContextCache:
             return self._wait(layers, now)
         return now
 
+    def _repeat(self, count: int) -> None:
+        """A task with the last acquire's layers and prediction, the cache unchanged since: what
+        :meth:`DeviceCache.acquire_prefetch_release` does then, without its walk.
+
+        Why that is all. The last call left its layers held and arrived (it waited for their copies), and its
+        prefetch placed what it could of the same prediction, in order, up to the first layer it could not; the
+        call again, on that state, finds each of its layers held (a hit each; made the most recent again, which
+        orders nothing new: they were the most recent), places none (its prefetch stops where the last one did:
+        whether a layer fits depends on the state alone, :class:`~naspipe.context.cache._Ranking`) and moves
+        nothing. Copies that landed since, or a mirror that replaced a layer, change that state: the full call."""
+        stats = self.cache.stats
+        stats.uses += count
+        stats.hits += count
+
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
         """The cache released ``task``'s layers in :meth:`acquire` (dirty after an update)."""
         return now
@@ -198,6 +223,7 @@ class ContextCache:
     def replaced(self, layer: int) -> None:
         """As the runtime's ``ContextManager.replace``: wait for a copy in flight, drop the device copy
         (the host copy is overwritten; the next use fetches it)."""
+        self._last = None
         if layer in self.landing:
             del self.landing[layer]
             self.cache.arrived(layer)
@@ -228,14 +254,17 @@ class ContextCache:
         self.landing.clear()
         return ready
 
-    def _land_due(self, now: float) -> None:
+    def _land_due(self, now: float) -> bool:
         """The copies landed by ``now`` arrive (the last one started has not: :meth:`acquire` lands all at once
-        otherwise)."""
+        otherwise); whether any did."""
         landing = self.landing
         landed = [lid for lid, lands in landing.items() if lands <= now]
+        if not landed:
+            return False
         for lid in landed:
             del landing[lid]
         self.cache.arrived_all(landed)
+        return True
 
     def _perform(self, moves: list[Move], now: float) -> None:
         copy_free, landing, copy_s = self.copy_free, self.landing, self._copy_s

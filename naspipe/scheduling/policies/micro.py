@@ -51,7 +51,7 @@ from heapq import heapify, heappop, heappush
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions
 from naspipe.scheduling.policies.csp import CSP
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task, new_task
 
 Part = tuple[int, int]  # (subnet, micro-batch)
 
@@ -365,8 +365,8 @@ def starts_hold(kind: Kind, is_last: bool) -> bool:
 
 def as_plain(task: MicroTask) -> Task:
     """The subnet-level task whose layers ``task`` uses (a weight task: the backward's)."""
-    kind = BACKWARD if task.kind is WEIGHT else task.kind
-    return Task(kind, task.subnet, task.stage)
+    kind = task[0]
+    return new_task((BACKWARD if kind is WEIGHT else kind, task[1], task[2]))
 
 
 __all__ = ["MICRO_POLICIES", "MicroCSP", "MicroSequential", "as_plain", "starts_hold"]
