@@ -25,6 +25,8 @@ SYSTEMS = {  # every system the workflow simulates, in the settings it simulates
     "csp-mb": ["--system", "csp", *MICRO, *CACHE],
     "csp": ["--system", "csp", *CACHE],
     "gpipe": ["--system", "gpipe"],
+    "gpipe-mb": ["--system", "gpipe", *MICRO],
+    "vpipe-mb": ["--system", "vpipe", *MICRO],
     "pipedream": ["--system", "pipedream"],
     "vpipe": ["--system", "vpipe"],
     "sequential": ["--system", "sequential"],
@@ -46,7 +48,7 @@ def test_best_fits_the_memory_model_and_is_at_least_as_fast_as_max(tmp_path, nam
     at_max = simulate(tmp_path / "max", "max", *SYSTEMS[name])
     hw = load_hardware(HARDWARE)
     assert best["fits"] and best["device_bytes"] <= hw.usable_device_memory and best["host_bytes"] <= hw.host_memory
-    assert best["micro_batches"] if name == "csp-mb" else "micro_batches" not in best
+    assert best["micro_batches"] if name.endswith("-mb") else "micro_batches" not in best
     assert best.get("micro_batches", 1) <= best["batch_size"] <= best["max_batch"]
     assert best["throughput_samples_s"] >= at_max["throughput_samples_s"]
     # --batch max is one of the candidates: the config's own setting at its largest batch
@@ -130,6 +132,18 @@ def test_when_nothing_fits_best_runs_as_max_and_says_so(tmp_path):
     assert not any(s["fits"] for s in best["batch_search"]["settings"])
     assert best["fits"] is False and best["batch_size"] == at_max["batch_size"] == 1
     assert best["throughput_samples_s"] == at_max["throughput_samples_s"]
+
+
+@pytest.mark.parametrize("batch", ["best", "max"])
+def test_a_micro_batched_run_that_fits_no_part_says_so_at_a_sample_per_part(tmp_path, batch):
+    """Not even one sample per part fits: the run still prices m parts of one sample (``fits`` false), as a run of
+    one part prices one sample, instead of failing the workflow's simulate job."""
+    spec = yaml.safe_load((Path(__file__).parents[1] / "config" / "hardware" / f"{HARDWARE}.yaml").read_text())
+    spec.update(name="tiny-device", device_memory=1.0e6, device_reserved=0.0)
+    path = tmp_path / "tiny-device.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    metrics = simulate(tmp_path / batch, batch, *SYSTEMS["gpipe-mb"], hardware=str(path))
+    assert metrics["fits"] is False and metrics["batch_size"] == 4 and metrics["micro_batches"] == 4
 
 
 def test_a_bad_batch_is_one_line(tmp_path, capsys):

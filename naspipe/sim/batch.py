@@ -21,7 +21,8 @@ the cache; larger batches first). Everything is the deterministic simulator, so 
 The setting is applied as the config keys ``recompute`` and ``cache.enabled`` and the setup rebuilt, so
 the chosen run is exactly ``naspipe simulate --set recompute=R --set cache.enabled=C --batch B``
 (with ``--partition-by costs`` the partition balances the chosen setting's compute). When no setting
-fits, the config's own setting runs as ``--batch max`` would run it (one sample; ``fits`` false).
+fits, the config's own setting runs as ``--batch max`` would run it (one sample, one per part with
+micro-batches; ``fits`` false).
 """
 
 from __future__ import annotations
@@ -111,10 +112,10 @@ def choose_batch(config: Config, hardware: Hardware, costs_spec: str, partition_
 
 def _fallback(config: Config, hardware: Hardware, costs_spec: str, partition_by: str,
               weighed: list[dict[str, Any]]) -> BatchChoice:
-    """No setting fits: the config's own setting as ``--batch max`` runs it (one sample), so the run still
-    says how far it is from fitting (``device_bytes``, ``fits`` false) rather than failing."""
+    """No setting fits: the config's own setting as ``--batch max`` runs it (one sample, or one per part), so the
+    run still says how far it is from fitting (``device_bytes``, ``fits`` false) rather than failing."""
     setup = build_setup(config, hardware, costs_spec, partition_by)
-    batch = max(memory_fit(setup).max_batch, 1)
+    batch = max(memory_fit(setup).max_batch, setup.options.micro_batches)  # a sample per part, at least
     choice = {"batch": batch, "recompute": rules.effective_recompute(config.system, config.recompute),
               "cache": rules.uses_cache(config.system, config.cache)}
     return BatchChoice(replace(setup, batch=batch), _record(choice, False, setup.subnets, weighed, []))

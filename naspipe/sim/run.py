@@ -93,7 +93,8 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
     setup, recompute, budgets = _priced(setup)
     if setup.batch != "config":
         fit = _memory(setup, recompute, budgets).max_batch
-        batch = int(setup.batch) if setup.batch != "max" else max(fit, 1)
+        # max: at least one sample per part (a run that fits fewer says so: ``fits`` false), as --batch best falls back
+        batch = int(setup.batch) if setup.batch != "max" else max(fit, setup.options.micro_batches)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     side = _path_and_memory(setup, recompute, budgets)
     aside = Beside(side) if setup.subnets * setup.plan.num_stages >= BESIDE_TASKS else None
