@@ -60,8 +60,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                    "by the simulated layers' compute, as a profile on that hardware would (default config)")
     p.add_argument("--trace-subnets", type=int, default=None, metavar="N",
                    help="trace.json holds the spans of the first and last N subnets (0: every subnet; default "
-                   f"{TRACE_EVENTS:,} // (10 x stages), about {TRACE_EVENTS:,} events in all); the trace's otherData "
-                   "says which subnets it holds")
+                   f"{TRACE_EVENTS:,} // (10 x stages x micro_batches), about {TRACE_EVENTS:,} events in all); "
+                   "the trace's otherData says which subnets it holds")
     p.add_argument("--out", type=Path, required=True, help="output directory DIR (published complete, by rename)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR when this run completes")
     return p

@@ -191,7 +191,7 @@ class _Engine:
         self.m = parts[0] if parts is not None else 1
         self.swapped = _swapped_layers(plan, copies, costs, self.parts)
         self.table: CostTable | PartTable = (
-            PartTable(plan, costs, recompute, *parts) if parts is not None
+            PartTable(plan, costs, recompute, *parts, keep=2) if parts is not None
             else CostTable(plan, costs, recompute, swapped=self.swapped))
         self.blocking = costs.hardware.blocking_send and not costs.free_io
         self.gap = 0.0 if costs.free_io else costs.hardware.task_gap_s  # idle after every task

@@ -24,8 +24,9 @@ from naspipe.context.cache import DeviceCache, Move
 from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
+from naspipe.scheduling.policies.micro import as_plain
 from naspipe.scheduling.predictor import predict
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, Kind, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
 
@@ -103,15 +104,17 @@ class SynchronousSwap:
         return sum([param_bytes[lid] for lid in layers if lid in param_bytes]) * per_param
 
     def acquire(self, task: Task, layers: tuple[int, ...], now: float) -> float:
+        """A part (:class:`MicroTask`) copies what its subnet-level task copies (a weight task: its backward's)."""
         self.stats.misses += len(layers)
         # parameters; at the update also the optimizer state and the subnet's stashed gradient
         per_param = 1 if task.kind is not UPDATE else 2 + self.costs.optimizer_states
         return self._copy(self._bytes(layers, per_param), now, inbound=True)
 
     def release(self, task: Task, layers: tuple[int, ...], now: float) -> float:
-        if task.kind is FORWARD:
+        kind = task[0]
+        if kind is FORWARD:
             return now  # unchanged parameters are dropped, not copied back
-        per_param = 1 if task.kind is BACKWARD else 1 + self.costs.optimizer_states  # gradient / new state
+        per_param = 1 if kind is BACKWARD or kind is WEIGHT else 1 + self.costs.optimizer_states  # gradient / state
         return self._copy(self._bytes(layers, per_param), now, inbound=False)
 
     def replaced(self, layer: int) -> None:
@@ -182,7 +185,9 @@ class ContextCache:
             elif self._land_due(now):
                 self._last = None
         predicted = predict(self.policy, self.horizon, self.end, running=task)
-        self._started(task, None)  # a task that started is not predicted again: its list goes (if it was kept)
+        # a task that started is not predicted again: its list goes (if it was kept); a part's is its subnet-level
+        # task's, predicted again while that task's parts run, and gone after the last of them
+        self._started(task if type(task) is not MicroTask else as_plain(task), None)
         update = task[0] is UPDATE
         last = self._last
         if last is not None and not update and last[0] == layers and last[1] == predicted:

@@ -41,13 +41,14 @@ def build_setup(config: Config, hardware: Hardware, costs_spec: str, partition_b
     plan = build_plan(config, space, seconds)
     trace_cap = min(config.trace_max_events, 200_000)
     return SimSetup(plan, config.system, config.steps, policy_options(config), costs, config.recompute, trace_cap,
-                    cache=config.cache, trace_subnets=default_trace_subnets(plan.num_stages))
+                    cache=config.cache, trace_subnets=default_trace_subnets(plan.num_stages, config.micro_batches))
 
 
-def default_trace_subnets(stages: int) -> int:
+def default_trace_subnets(stages: int, parts: int = 1) -> int:
     """The trace's default window: the first and last this many subnets, about :data:`TRACE_EVENTS`
-    events in all at any run length (a 64 x 100,000 run traced whole is ~30 M events, ~4 GB)."""
-    return max(1, TRACE_EVENTS // (10 * stages))
+    events in all at any run length (a 64 x 100,000 run traced whole is ~30 M events, ~4 GB); a
+    subnet's batch in ``parts`` parts has about ``parts`` times the spans."""
+    return max(1, TRACE_EVENTS // (10 * stages * parts))
 
 
 def make_costs(spec: str, space: SpaceShape, infos: list[Any], hardware: Hardware, batch: int,
