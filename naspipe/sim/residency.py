@@ -187,7 +187,7 @@ class ContextCache:
         predicted = predict(self.policy, self.horizon, self.end, running=task)
         # a task that started is not predicted again: its list goes (if it was kept); a part's is its subnet-level
         # task's, predicted again while that task's parts run, and gone after the last of them
-        self._started(task if type(task) is not MicroTask else as_plain(task), None)
+        self._started(task if type(task) is Task else as_plain(task), None)  # type: ignore[arg-type]  # a MicroTask
         update = task[0] is UPDATE
         last = self._last
         if last is not None and not update and last[0] == layers and last[1] == predicted:
