@@ -26,7 +26,7 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
 from naspipe.scheduling.policies.micro import as_plain
 from naspipe.scheduling.predictor import predict
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, Task
 from naspipe.sim.costs import CostModel
 from naspipe.space.structure import SpaceStructure
 
