@@ -1,7 +1,7 @@
 """The micro-batched predictor's run ahead, a subnet at a time, answers what the part-by-part run ahead answers.
 
 :func:`naspipe.scheduling.micro_predictor._run_ahead` takes a stage's long stretches of arrivals and
-forwards a subnet at a time (:meth:`MicroCSP.arrive_ahead`, :meth:`MicroCSP.forwards_ahead`). The
+forwards a subnet at a time (:meth:`MicroCSP.arrivals_ahead`, :meth:`MicroCSP.forwards_ahead`). The
 reference below is the rule of the module docstring run literally, one part per step, on the policy's
 clone. Both are asked before every task of whole pipeline runs (irregular durations, so stages sit idle
 at random points; stage counts, parts, split or whole backwards, priorities, the one-holder rule, in-flight
@@ -12,7 +12,7 @@ taken a subnet at a time are counted, so the test cannot pass without them.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -102,12 +102,12 @@ def _compare(stages: int, m: int, split: bool, priority: str, inflight: int, can
     options = PolicyOptions(max_inflight=inflight, micro_batches=m, split_backward=split, priority=priority,
                             one_holder=one_holder)
     batched = Batched()
-    arrive, admit = MicroCSP.arrive_ahead, MicroCSP.forwards_ahead
+    arrive, admit = MicroCSP.arrivals_ahead, MicroCSP.forwards_ahead
 
-    def arrive_counted(self: MicroCSP, subnet: int, first: int, limit: int) -> int:
-        ran = arrive(self, subnet, first, limit)
+    def arrive_counted(self: MicroCSP, arrival: tuple[int, int], runs: Iterator[tuple[int, int]],
+                       limit: int) -> tuple[int, int, int, tuple[int, int] | None]:
         batched.arrivals += 1
-        return ran
+        return arrive(self, arrival, runs, limit)
 
     def admit_counted(self: MicroCSP, subnet: int) -> int:
         ran = admit(self, subnet)
@@ -124,7 +124,7 @@ def _compare(stages: int, m: int, split: bool, priority: str, inflight: int, can
 
     policies = [make_policy("csp", k, plan, options) for k in range(stages)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(MicroCSP, "arrive_ahead", arrive_counted)
+        patch.setattr(MicroCSP, "arrivals_ahead", arrive_counted)
         patch.setattr(MicroCSP, "forwards_ahead", admit_counted)
         drive(plan, "csp", n, options, duration=durations(seed, m), policies=policies,  # type: ignore[arg-type]
               on_start=look)  # type: ignore[arg-type]

@@ -111,15 +111,13 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
                 idle = True
             arrival = next(runs, None)
             continue
-        ran = sim.arrive_ahead(subnet, first, depth - len(pending)) if middle else 0
-        if ran:
-            forwards(subnet, first, ran)
-            first += ran
-        elif not middle:
-            sim.forward_arrived(subnet, first)
-            first += 1
-        else:  # blocked: every part arrived
-            first = m
-        idle = middle
+        if middle:  # arrivals up to the next subnet not blocked, and its forwards up to a gradient's release
+            subnet, first, ran, arrival = sim.arrivals_ahead(arrival, runs, depth - len(pending))
+            if ran:
+                forwards(subnet, first, ran)
+            idle = True
+            continue
+        sim.forward_arrived(subnet, first)
+        first += 1
         arrival = (subnet, first) if first < m else next(runs, None)
     return out

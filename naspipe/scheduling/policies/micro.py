@@ -51,6 +51,7 @@ from heapq import heapify, heappop, heappush
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions
 from naspipe.scheduling.policies.csp import CSP
+from naspipe.scheduling.policies.registration import CHUNK_MASK, CHUNK_SHIFT
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task, new_task
 
 Part = tuple[int, int]  # (subnet, micro-batch)
@@ -134,6 +135,24 @@ class MicroCSP(CSP):
             self._waiting.add(subnet)
         elif len(pending) == 1:  # not queued yet (a queued subnet keeps its place until its parts ran)
             heappush(self._ready_f, subnet)
+
+    def _register_through(self, subnet: int) -> None:
+        """Registration through ``subnet``: on a static plan without a shared window, each subnet's layers from the
+        stage's rows a chunk at a time and straight into the version table, as :meth:`CSP.forward_arrived`'s inlined
+        path registers them (the predictor's run ahead registers tens of subnets); else CSP's ``_on_register``."""
+        rows_of = self._rows
+        if rows_of is None:
+            super()._register_through(subnet)
+            return
+        chunks, blocked, register = self._chunks, self._blocked, self.versions.register_local
+        y = self._registered
+        while y <= subnet:
+            rows = chunks.get(y >> CHUNK_SHIFT)
+            if rows is None:
+                rows = rows_of.chunk(y >> CHUNK_SHIFT)
+            blocked[y] = register(y, rows[y & CHUNK_MASK])
+            y += 1
+        self._registered = y
 
     def backward_arrived(self, subnet: int, micro: int = 0) -> None:
         self.messages += 1
@@ -276,6 +295,46 @@ class MicroCSP(CSP):
         if self._blocked[subnet]:
             self._arrive_more(subnet, first + 1)
             return 0
+        return self._run_arrived(subnet, first, limit)
+
+    def arrivals_ahead(self, arrival: Part, runs: Iterator[Part], limit: int) -> tuple[int, int, int, Part | None]:
+        """:meth:`arrive_ahead` of ``arrival``, then, while its subnet is blocked, of the next runs of ``runs`` in
+        turn (the predictor does nothing between them then: a blocked subnet's arrival leaves nothing to run and
+        no gradient to release while more can arrive). Returns ``(subnet, first, ran, next arrival)``: the last
+        subnet that arrived, its first part that did, how many forwards it ran (0: it was blocked, and ``runs``
+        ended) and what arrives next. A subnet none of whose parts had arrived arrives whole in one step (part
+        0's :meth:`forward_arrived` inlined, the others' counts added), the predictor's longest stretches."""
+        m, pending_f, arrived_parts, blocked = self.micro_batches, self._pending_f, self._arrived_parts, self._blocked
+        while True:
+            subnet, first = arrival
+            if first or subnet in arrived_parts or subnet in pending_f:
+                ran = self.arrive_ahead(subnet, first, limit)
+            else:  # forward_arrived(subnet, 0): registration, arrival, the part queued or waiting
+                self.messages += 1
+                self._register_through(subnet)
+                self._note_arrival(subnet)
+                if blocked[subnet]:  # and every later part (_arrive_more): none runs
+                    self.messages += m - 1
+                    pending_f[subnet] = list(range(m))
+                    self._waiting.add(subnet)
+                    ran = 0
+                else:
+                    if m > 1:
+                        arrived_parts[subnet] = 1
+                    pending_f[subnet] = [0]
+                    heappush(self._ready_f, subnet)
+                    ran = self._run_arrived(subnet, 0, limit)
+            if ran:
+                after = first + ran
+                return subnet, first, ran, (subnet, after) if after < m else next(runs, None)
+            following = next(runs, None)
+            if following is None:
+                return subnet, first, 0, None
+            arrival = following
+
+    def _run_arrived(self, subnet: int, first: int, limit: int) -> int:
+        """Part ``first`` of ``subnet`` arrived, not blocked, the only queued forward: it and the later parts, each
+        arriving after the last one's forward, run and complete, at most ``limit`` (:meth:`arrive_ahead`)."""
         ready = self._ready_f
         assert ready == [subnet] and self._pending_f[subnet] == [first] and not self.is_last, "not an idle middle stage"
         ran = min(limit, self.micro_batches - first)
