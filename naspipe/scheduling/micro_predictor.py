@@ -19,6 +19,11 @@ schedule's (each subnet-level task is m part tasks), so an answer serves the tas
 the stage runs a subnet-level task of its last answer (the parts of ``F5``, say, or the next one in
 it), the rest of that answer from there is the answer, until less than half the horizon is left or
 the stage runs a task the answer did not foresee. The cache fetches on demand what a plan missed.
+
+Most of a run ahead is a stage taking arrivals with nothing else to run (the stages below fill the
+pipeline first, and a subnet blocked by the version rule only waits), so those stretches go a subnet
+at a time (:meth:`MicroCSP.arrivals_ahead`, :meth:`MicroCSP.forwards_ahead`): the same state and answer
+as part by part (``tests/test_predictor_micro.py`` compares them before every task).
 """
 
 from __future__ import annotations

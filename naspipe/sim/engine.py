@@ -39,6 +39,18 @@ swap's stats in each stage's task order (the same sums); only the context cache,
 depend on the run, is asked per task. What remains per task is the policy's own decision (its
 ``completed_then_next``, ``next_task`` and arrival calls) and about 1.7 heap events. What only some
 runs need (blocking sends, mirrors) lives in methods off that path.
+
+One engine for every schedule. A micro-batched schedule (``micro_batches`` > 1 or a split backward:
+:class:`~naspipe.scheduling.task.MicroTask` tasks, m = 1 being one part) runs in the same loop: its
+tasks carry their part, priced from :class:`~naspipe.sim.tables.PartTable` (each part's share of the
+batch, the per-task overhead a part pays in full, a split backward's input and weight shares, no
+recompute on the last stage; see there) at index ``i * m + part``; a weight task's seconds count as
+backward; an arrival event names its part as ``subnet * m + part``; the copy models see the part,
+whose layers are its subnet-level task's. Two rules differ from the subnet-level ones, as the
+part-level schedules were first priced (``benchmarks/sim_golden.py --micro`` keeps them): a free
+message is an event at the same time rather than delivered at once (mirrors too), and a blocking
+send is priced when its task starts, from the receiver's compute as known then
+(:meth:`_Engine._part_send`).
 """
 
 from __future__ import annotations

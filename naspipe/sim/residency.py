@@ -9,7 +9,9 @@ hits, misses and bytes. Two implementations follow the runtime's policies:
   sequential, and csp without the cache, as in the runtime), no copies.
 - :class:`ContextCache`: NASPipe's context manager (``cache.enabled``): the byte-bounded
   device cache and the predictor of issue 9, the very objects the runtime drives, with
-  simulated copies on the copy engine.
+  simulated copies on the copy engine. A micro-batched stage asks it before every part, with the
+  layers of the part's subnet-level task; a repeat of the last call on an unchanged cache is priced
+  without the cache's walk (:meth:`ContextCache._repeat`).
 - :class:`SynchronousSwap`: VPipe (``swap_parameters``): a task's layers are fetched on
   demand right before it runs and written back around the update, the stage waiting on
   each copy, as :mod:`naspipe.scheduling.policies.vpipe` documents.

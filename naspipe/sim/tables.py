@@ -18,6 +18,10 @@ in flat lists, index ``(subnet - first) * D + stage``.
 :class:`CostTable` keeps the blocks the pipeline is working on (subnets in flight span a few
 hundred ids at most) and rebuilds an evicted block on demand; rebuilding one it evicted
 earlier widens what it keeps, so a very wide window costs memory, never repeated work.
+
+A micro-batched schedule's tasks are parts: :class:`PartTable` cuts a block's subnet-level entries
+into :class:`PartBlock` blocks (per part, with the same whole-array arithmetic, equal to the scalar
+expressions entry by entry), kept and rebuilt as :class:`CostTable` keeps its blocks.
 """
 
 from __future__ import annotations
