@@ -1,5 +1,6 @@
 """A subnet's batch in parts (``micro_batches`` = m): how it is cut, what each part's loss weighs, how long a
-stage keeps the parts. m = 1 is one part, the whole batch.
+stage keeps the parts, which part a task runs. m = 1 is one part, the whole batch, and a subnet-level task of
+the paper's schedule runs it.
 
 What the sequential reference computes with ``micro_batches`` = m (the same at any stage count, so csp
 equals it bit for bit; the arithmetic is :mod:`naspipe.runtime.executor`'s):
