@@ -233,6 +233,8 @@ class StageExecutor:
         ``grad`` False: the same calls without recording (a forward whose backward recomputes)."""
         subnet, micro = part
         groups = [(layer,) for layer in layer_ids] if self.split and layer_ids else [layer_ids]
+        plain = self.windows is None and not self.stash_weights  # sequential, CSP: the plain loop's calls
+        layers, seed, cast = self.layers, self.seed, self.cast
         units: list[_Unit] = []
         state = inputs
         with torch.set_grad_enabled(grad):
@@ -241,7 +243,12 @@ class StageExecutor:
                 unit = _Unit(leaves, leaves, group)
                 state = leaves
                 for layer in group:
-                    state = self._call(unit, LayerContext(self.seed, subnet, layer, recompute, micro), state)
+                    ctx = LayerContext(seed, subnet, layer, recompute, micro)
+                    if plain:
+                        with cast():
+                            state = layers[layer](state, ctx)
+                    else:
+                        state = self._call(unit, ctx, state)
                 unit.outputs = state
                 units.append(unit)
             if self.is_last:
@@ -249,8 +256,8 @@ class StageExecutor:
         return units
 
     def _call(self, unit: _Unit, ctx: LayerContext, state: State) -> State:
-        """One layer, under the run's precision; a windowed or weight-stashed layer on the version it reads,
-        as leaves of their own (``unit.weights``)."""
+        """One layer of a stage with windows or the weight stash, under the run's precision; a windowed or
+        weight-stashed layer on the version it reads, as leaves of their own (``unit.weights``)."""
         module, windows = self.layers[ctx.layer], self.windows
         if windows is not None and ctx.layer in windows:
             weights = {n: t.detach().requires_grad_() for n, t in windows.read(ctx.layer, ctx.subnet).items()}
