@@ -77,17 +77,17 @@ def test_paper_dry_run_plans_every_training_job(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     planned = set(re.findall(r"^\s*output: results/runs/([^/]+)/([^/]+)/D(\d+)-seed(\d+)$", done.stdout, re.MULTILINE))
     spaces = ["nlp.c0", "nlp.c1", "nlp.c2", "nlp.c3", "cv.c1", "cv.c2", "cv.c3"]
-    systems = ["csp-mb", "csp", "gpipe", "pipedream", "vpipe", "csp-no-scheduler"]
+    systems = ["csp-mb", "csp", "gpipe-mb", "gpipe", "pipedream", "vpipe-mb", "vpipe", "csp-no-scheduler"]
     seeds = ["0", "1", "2"]
     expected = {(sp, sy, d, se) for sp, sy, d, se in product(spaces, systems, ["4", "8", "16"], seeds)}
     expected |= {(sp, ref, "1", se) for sp, ref, se in product(spaces, ["sequential", "sequential-mb"], seeds)}
     assert planned == expected
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", done.stdout, re.MULTILINE))
-    assert counts["train"] == str(len(expected)) == "420"
+    assert counts["train"] == str(len(expected)) == "546"
     # the fast NASPipe: one micro-batch count at 4, 8 and 16 stages, compared with sequential-mb (Table 3)
-    trains = r"naspipe train .*--set micro_batches=(\d+) .*--out results/runs/[^/]+/csp-mb/"
+    trains = r"naspipe train .*--set micro_batches=(\d+) .*--out results/runs/[^/]+/(csp|gpipe|vpipe)-mb/"
     parts = set(re.findall(trains, done.stdout))
-    assert parts == {"16"}, parts
+    assert parts == {("16", "csp"), ("16", "gpipe"), ("16", "vpipe")}, parts  # GPipe's own form: csp-mb's parts
     compare = re.findall(r"naspipe reproducibility (results/runs/[^/]+/[^/]+/D1-seed\d) results/runs/[^/]+/csp-mb/",
                          done.stdout)
     assert compare and {Path(ref).parent.name for ref in compare} == {"sequential-mb"}
