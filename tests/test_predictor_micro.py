@@ -89,11 +89,12 @@ def durations(seed: int, m: int) -> Callable[[MicroTask], float]:
 
 
 class Batched:
-    """Counts the subnet-at-a-time stretches the run aheads took."""
+    """Counts the subnet-at-a-time stretches the run aheads took, and those that ended in lazy arrivals."""
 
     def __init__(self) -> None:
         self.arrivals = 0
         self.admissions = 0
+        self.lazy = 0
 
 
 def _compare(stages: int, m: int, split: bool, priority: str, inflight: int, candidates: int, seed: int,
@@ -105,9 +106,11 @@ def _compare(stages: int, m: int, split: bool, priority: str, inflight: int, can
     arrive, admit = MicroCSP.arrivals_ahead, MicroCSP.forwards_ahead
 
     def arrive_counted(self: MicroCSP, arrival: tuple[int, int], runs: Iterator[tuple[int, int]],
-                       limit: int) -> tuple[int, int, int, tuple[int, int] | None]:
+                       limit: int, end: int) -> tuple[int, int, int, tuple[int, int] | None]:
         batched.arrivals += 1
-        return arrive(self, arrival, runs, limit)
+        answer = arrive(self, arrival, runs, limit, end)
+        batched.lazy += self._lazy is not None
+        return answer
 
     def admit_counted(self: MicroCSP, subnet: int) -> int:
         ran = admit(self, subnet)
@@ -139,6 +142,29 @@ def test_the_batched_run_ahead_answers_as_part_by_part(stages: int, m: int, spli
         assert batched.arrivals > 0
     if stages > 1:
         assert batched.admissions > 0
+
+
+@pytest.mark.parametrize(("stages", "candidates"), [(5, 2), (3, 4)])
+def test_lazy_arrivals_answer_as_the_stretch_would(stages: int, candidates: int) -> None:
+    """Long streams: middle stages' stretches end with every later subnet blocked (lazy arrivals); looking for
+    that after every blocked arrival, writes in the run ahead then often unblock a lazy subnet (registered
+    first, up to it)."""
+    from naspipe.scheduling.policies import micro
+
+    made = 0
+    original = MicroCSP._materialize_for
+
+    def counted(self: MicroCSP, writer: int) -> None:
+        nonlocal made
+        lazy = self._lazy
+        original(self, writer)
+        made += self._lazy != lazy
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MicroCSP, "_materialize_for", counted)
+        patch.setattr(micro, "_LAZY_CHECK", 1)
+        batched = _compare(stages, 2, True, "critical", inflight=8, candidates=candidates, seed=4, n=120)
+    assert batched.lazy > 0 and made > 0
 
 
 @pytest.mark.parametrize("candidates", [2, 12])

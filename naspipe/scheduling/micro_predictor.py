@@ -117,7 +117,7 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
             arrival = next(runs, None)
             continue
         if middle:  # arrivals up to the next subnet not blocked, and its forwards up to a gradient's release
-            subnet, first, ran, arrival = sim.arrivals_ahead(arrival, runs, depth - len(pending))
+            subnet, first, ran, arrival = sim.arrivals_ahead(arrival, runs, depth - len(pending), end)
             if ran:
                 forwards(subnet, first, ran)
             idle = True

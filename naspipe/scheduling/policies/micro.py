@@ -82,6 +82,10 @@ class MicroCSP(CSP):
         self.last_prediction: tuple[int, list[Task]] | None = None
         self._one_holder = options.one_holder
         self._holder: int | None = None  # (one_holder) the subnet between its first hold and its update here
+        # (the predictor's clones only) subnets [a, b) that arrived whole and blocked, not yet registered: see
+        # arrivals_ahead; and the layers of each of the stage's versioned positions, which tell when that holds
+        self._lazy: tuple[int, int] | None = None
+        self._positions = _versioned_positions(plan, stage) if self._rows is not None else None
 
     def clone(self) -> MicroCSP:
         other = super().clone()
@@ -174,6 +178,8 @@ class MicroCSP(CSP):
         elif kind is WEIGHT:
             self._part_done(subnet)
         else:  # the update: CSP's writes, mirrors and window
+            if self._lazy is not None:  # the write reads the queues and counts of the subnets it may unblock
+                self._materialize_for(subnet)
             if self._holder == subnet:
                 self._holder = None
             del self._parts_done[subnet]
@@ -297,14 +303,23 @@ class MicroCSP(CSP):
             return 0
         return self._run_arrived(subnet, first, limit)
 
-    def arrivals_ahead(self, arrival: Part, runs: Iterator[Part], limit: int) -> tuple[int, int, int, Part | None]:
+    def arrivals_ahead(self, arrival: Part, runs: Iterator[Part], limit: int,
+                       end: int) -> tuple[int, int, int, Part | None]:
         """:meth:`arrive_ahead` of ``arrival``, then, while its subnet is blocked, of the next runs of ``runs`` in
         turn (the predictor does nothing between them then: a blocked subnet's arrival leaves nothing to run and
         no gradient to release while more can arrive). Returns ``(subnet, first, ran, next arrival)``: the last
         subnet that arrived, its first part that did, how many forwards it ran (0: it was blocked, and ``runs``
         ended) and what arrives next. A subnet none of whose parts had arrived arrives whole in one step (part
-        0's :meth:`forward_arrived` inlined, the others' counts added), the predictor's longest stretches."""
+        0's :meth:`forward_arrived` inlined, the others' counts added), the predictor's longest stretches.
+
+        Such a stretch can run to the stream's ``end`` (each blocked subnet that registers is one more unwritten
+        user, so later ones are blocked the more): once every subnet still to come is certainly blocked (a
+        versioned position of the stage whose every candidate has an unwritten user, and none of them registered
+        yet), they all arrive at once, lazily (:attr:`_lazy`). Nothing reads them until a write: none can run,
+        and only a write looks at the version queues and blocked counts, of the next user of each layer it
+        writes; so a write first registers the lazy subnets up to those (:meth:`_materialize_for`), in order."""
         m, pending_f, arrived_parts, blocked = self.micro_batches, self._pending_f, self._arrived_parts, self._blocked
+        checks = 0
         while True:
             subnet, first = arrival
             if first or subnet in arrived_parts or subnet in pending_f:
@@ -318,6 +333,12 @@ class MicroCSP(CSP):
                     pending_f[subnet] = list(range(m))
                     self._waiting.add(subnet)
                     ran = 0
+                    checks += 1
+                    if checks == _LAZY_CHECK:
+                        checks = 0
+                        if subnet + 1 < end and subnet + 1 == self._registered and self._all_blocked():
+                            self._lazy = (subnet + 1, end)
+                            return subnet, first, 0, None
                 else:
                     if m > 1:
                         arrived_parts[subnet] = 1
@@ -331,6 +352,51 @@ class MicroCSP(CSP):
             if following is None:
                 return subnet, first, 0, None
             arrival = following
+
+    def _all_blocked(self) -> bool:
+        """Whether every subnet that registers next here is blocked: some versioned position of the stage has an
+        unwritten user queued on each of its candidates (a subnet's layer there is one of them)."""
+        assert self._positions is not None
+        waiting = self.versions._waiting  # noqa: SLF001 - the queues, read (a subnet registers blocked where one is)
+        return any(all(waiting.get(layer) for layer in layers) for layers in self._positions)
+
+    def _materialize_for(self, writer: int) -> None:
+        """Before ``writer``'s write: the lazy arrivals of :meth:`arrivals_ahead` up to the first lazy user of each
+        layer whose last registered user is ``writer`` (the one its write unblocks), made as the stretch would
+        have made them (registered, arrived whole and waiting, in id order). The rest stay lazy and blocked: a
+        layer the write leaves without users has none among them."""
+        assert self._lazy is not None and self._rows is not None
+        first, end = self._lazy
+        queues = self.versions._waiting  # noqa: SLF001 - read: whose write leaves a layer to a lazy user
+        row = self._row
+        wanted = {layer for layer in row(writer) if (queue := queues.get(layer)) and queue[-1] == writer}
+        upto = first
+        subnet = first
+        while wanted and subnet < end:
+            found = wanted.intersection(row(subnet))
+            subnet += 1
+            if found:
+                wanted -= found
+                upto = subnet
+        if upto == first:
+            return
+        self._lazy = (upto, end) if upto < end else None
+        m, pending_f, waiting, blocked = self.micro_batches, self._pending_f, self._waiting, self._blocked
+        for y in range(first, upto):
+            self.messages += m
+            self._register_through(y)
+            self._note_arrival(y)
+            assert blocked[y], f"subnet {y} arrived lazily but is not blocked"
+            pending_f[y] = list(range(m))
+            waiting.add(y)
+
+    def _row(self, subnet: int) -> list[int]:
+        """The layers ``subnet`` registers here (a static plan's stage rows)."""
+        assert self._rows is not None
+        rows = self._chunks.get(subnet >> CHUNK_SHIFT)
+        if rows is None:
+            rows = self._rows.chunk(subnet >> CHUNK_SHIFT)
+        return rows[subnet & CHUNK_MASK]
 
     def _run_arrived(self, subnet: int, first: int, limit: int) -> int:
         """Part ``first`` of ``subnet`` arrived, not blocked, the only queued forward: it and the later parts, each
@@ -407,6 +473,28 @@ class MicroSequential(MicroCSP):
 
     def may_admit(self, subnet: int) -> bool:
         return self.inflight == 0
+
+
+_LAZY_CHECK = 32  # blocked arrivals in a row between two looks at whether every later one is blocked
+
+
+def _versioned_positions(plan: PipelinePlan, stage: int) -> list[tuple[int, ...]]:
+    """The layers (every candidate) of each of ``stage``'s versioned positions on a static plan (those whose layers
+    are trainable; with a static plan and no shared window, the positions :class:`StageRows` keeps)."""
+    s = plan.structure
+    n_prefix, n_blocks = len(s.prefix), len(s.blocks)
+    out = []
+    for position in range(plan.partition.bounds[stage], plan.partition.bounds[stage + 1]):
+        if position < n_prefix:
+            layers: tuple[int, ...] = (position,)
+        elif position < n_prefix + n_blocks:
+            block = position - n_prefix
+            layers = tuple(s.layer_id(block, c) for c in range(len(s.blocks[block])))
+        else:
+            layers = (s.num_layers - len(s.suffix) + (position - n_prefix - n_blocks),)
+        if s.is_trainable(layers[0]):
+            out.append(layers)
+    return out
 
 
 MICRO_POLICIES: dict[str, type[MicroCSP]] = {"csp": MicroCSP, "sequential": MicroSequential}
