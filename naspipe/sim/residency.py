@@ -24,9 +24,10 @@ from typing import Protocol
 
 from naspipe.context.cache import DeviceCache, Move
 from naspipe.runplan.rules import prefetch_horizon
+from naspipe.scheduling.micro_predictor import predict_parts
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.policies.micro import as_plain
+from naspipe.scheduling.policies.micro import MicroCSP, as_plain
 from naspipe.scheduling.predictor import predict
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, Task
 from naspipe.sim.costs import CostModel
@@ -157,6 +158,8 @@ class ContextCache:
         self.cache = DeviceCache(budget, sizes)
         self.policy, self.plan, self.costs = policy, plan, costs
         self.horizon = prefetch_horizon(policy.name, horizon)
+        # predict's answer: a micro-batched stage's straight from predict_parts (what predict calls for it)
+        self._predict = predict_parts if isinstance(policy, MicroCSP) and self.horizon > 0 else predict
         self.end = end
         self.copy_free = 0.0
         self.landing: dict[int, float] = {}  # layer -> when its copy lands
@@ -186,7 +189,7 @@ class ContextCache:
                 self._last = None
             elif self._land_due(now):
                 self._last = None
-        predicted = predict(self.policy, self.horizon, self.end, running=task)
+        predicted = self._predict(self.policy, self.horizon, self.end, running=task)  # type: ignore[arg-type]
         # a task that started is not predicted again: its list goes (if it was kept); a part's is its subnet-level
         # task's, predicted again while that task's parts run, and gone after the last of them
         self._started(task if type(task) is Task else as_plain(task), None)  # type: ignore[arg-type]  # a MicroTask
