@@ -45,4 +45,5 @@ def supports_micro_batches(name: str) -> bool:
     return name in MICRO_POLICIES
 
 
-__all__ = ["MICRO_POLICIES", "POLICIES", "POLICY_NAMES", "PolicyOptions", "StagePolicy", "make_policy", "supports_micro_batches"]
+__all__ = ["MICRO_POLICIES", "POLICIES", "POLICY_NAMES", "PolicyOptions", "StagePolicy", "make_policy",
+           "supports_micro_batches"]
