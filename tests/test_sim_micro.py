@@ -146,3 +146,15 @@ def test_micro_batched_and_subnet_level_runs_go_through_one_engine(monkeypatch):
     for options in (PolicyOptions(max_inflight=4), micro_options(4, True)):
         simulate_run(SimSetup(plan, "csp", 8, options, costs, True))
     assert seen == [(engine._Engine, False), (engine._Engine, True)]
+
+
+@pytest.mark.parametrize("system", ["gpipe", "vpipe"])
+def test_bulk_synchronous_micro_schedules_run_in_the_engine(system):
+    """The engine hard-codes no policy: micro-batched GPipe and VPipe (whose synchronous swap prices each part
+    as its subnet-level task, a weight task as its backward) run every part task."""
+    plan = make_plan(2)
+    m, n = 3, 6
+    costs = analytic_costs(infos(plan), HW, 6, 1)
+    metrics, _ = simulate_run(SimSetup(plan, system, n, micro_options(m, True), costs, True))
+    assert [s["tasks"] for s in metrics["stage_extra"]] == [n * (3 * m + 1)] * 2
+    assert (metrics["swap_bytes"] > 0) is (system == "vpipe")
