@@ -28,6 +28,8 @@ as part by part (``tests/test_predictor_micro.py`` compares them before every ta
 
 from __future__ import annotations
 
+from heapq import heapify, heappop, heappush
+
 from naspipe.scheduling.policies.micro import MicroCSP, as_plain
 from naspipe.scheduling.task import FORWARD, MicroTask, Task
 
@@ -61,7 +63,8 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
     calls' effects, and the same answer, as part by part."""
     sim = policy.clone()
     runs = policy.pending_part_runs(end)
-    pending = policy.awaiting_parts()
+    pending = policy.awaiting_parts()  # a heap: only its lowest is taken (min and remove, in one step)
+    heapify(pending)
     m = policy.micro_batches
     depth = (policy.plan.num_stages - 1 - policy.stage) * m
     is_first, is_last = sim.is_first, sim.is_last
@@ -74,14 +77,15 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
             if is_last:
                 sim.backward_arrived(task.subnet, task.micro)
             else:
-                pending.append((task.subnet, task.micro))
+                heappush(pending, (task.subnet, task.micro))
 
     def forwards(subnet: int, first: int, count: int) -> None:
         """``count`` forwards of ``subnet`` from part ``first`` ran (and completed) on a stage before the last."""
         plain = Task(FORWARD, subnet, sim.stage)
         if not out or out[-1] != plain:
             out.append(plain)
-        pending.extend((subnet, j) for j in range(first, first + count))
+        for j in range(first, first + count):
+            heappush(pending, (subnet, j))
 
     if running is not None:
         complete(running)
@@ -100,9 +104,7 @@ def _run_ahead(policy: MicroCSP, horizon: int, end: int, running: MicroTask | No
                 continue
         can_arrive = arrival is not None and (not is_first or sim.may_admit(arrival[0]))
         if pending and (len(pending) >= depth or not can_arrive):
-            lowest = min(pending)
-            pending.remove(lowest)
-            sim.backward_arrived(*lowest)
+            sim.backward_arrived(*heappop(pending))
             continue
         if not can_arrive:
             break

@@ -156,13 +156,6 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _by_part(arrived: Callable[..., None], m: int) -> Callable[[int], None]:
-    """``arrived(subnet, part)`` called with ``subnet * m + part`` (how an arrival event names a part)."""
-    def call(key: int) -> None:
-        arrived(*divmod(key, m))
-    return call
-
-
 def trace_window(num_subnets: int, trace_subnets: int) -> tuple[int, int]:
     """``(head, tail)``: subnets ``y < head`` and ``y >= tail`` are traced (every one when they meet)."""
     if trace_subnets <= 0 or 2 * trace_subnets >= num_subnets:
@@ -228,11 +221,9 @@ class _Engine:
         next_task = [p.next_task for p in policies]
         completed = [p.completed for p in policies]
         completed_then_next = [p.completed_then_next for p in policies]
-        forward_arrived = [p.forward_arrived for p in policies]
-        backward_arrived = [p.backward_arrived for p in policies]
-        # an arrival event names its part as ``subnet * m + part`` (one int, as a subnet-level one names its subnet)
-        forward_part = [_by_part(p.forward_arrived, m) for p in policies] if parts else forward_arrived
-        backward_part = [_by_part(p.backward_arrived, m) for p in policies] if parts else backward_arrived
+        # a part's arrival: (subnet, part); an arrival event names a part as ``subnet * m + part`` (one int)
+        forward_arrived: list[Callable[..., None]] = [p.forward_arrived for p in policies]
+        backward_arrived: list[Callable[..., None]] = [p.backward_arrived for p in policies]
         table = self.table
         blocks = table.blocks
         held: list[Any] = [None] * ((n >> BLOCK_SHIFT) + 1)  # the table's blocks by index (a list read)
@@ -429,7 +420,7 @@ class _Engine:
                 if kind is forward:
                     if k == last:
                         if parts:
-                            backward_part[k](y * m + task[3])
+                            backward_arrived[k](y, task[3])
                         else:
                             backward_arrived[k](y)
                         ask = (k,)
@@ -501,10 +492,16 @@ class _Engine:
                 else:
                     ask = (k,)
             elif what == arrive_forward:
-                forward_part[k](y)
+                if parts:
+                    forward_arrived[k](*divmod(y, m))
+                else:
+                    forward_arrived[k](y)
                 ask = (k,)
             elif what == arrive_backward:
-                backward_part[k](y)
+                if parts:
+                    backward_arrived[k](*divmod(y, m))
+                else:
+                    backward_arrived[k](y)
                 ask = (k,)
             elif what == _SEND:
                 if stale:
