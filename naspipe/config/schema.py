@@ -91,8 +91,9 @@ class Config:
         "task (csp, sequential; zero-bubble style); part of the reference", default=False
     )
     priority: Literal["critical", "fifo"] = _doc(
-        "how a micro-batched stage orders its ready tasks: critical (what a later subnet waits for first, other "
-        "weight tasks and updates fill idle time) or fifo (update, weight, backward, forward)", default="critical"
+        "how a micro-batched stage orders its ready tasks: critical (an update a later subnet waits for, then "
+        "backwards, forwards, weight tasks and the other updates) or fifo (update, weight, backward, forward)",
+        default="critical"
     )
     partition_costs: str = _doc(
         "per-position costs for the static partition: 'params' (parameter counts), 'uniform', "
