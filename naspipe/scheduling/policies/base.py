@@ -40,7 +40,8 @@ class PolicyOptions:
     (:mod:`naspipe.scheduling.policies.micro`): each subnet's batch in that many parts, the
     backward split into input-gradient and weight-gradient tasks, and how a stage orders its
     ready tasks (``critical``: an update a later subnet waits for, then backwards, forwards, weight tasks
-    and the other updates; ``fifo``: update, weight, backward, forward). ``micro_batches`` 1 without a split is the paper's schedule.
+    and the other updates; ``fifo``: update, weight, backward, forward). ``micro_batches`` 1 without a split
+    is the paper's schedule.
     ``one_holder``: a micro-batched stage lets one subnet at a time keep its layers from its first
     backward part (the last stage, which keeps its forward state: its first forward part) to its
     update, as the context manager pins them (on with the cache; see ``MicroCSP``).
