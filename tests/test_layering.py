@@ -51,7 +51,9 @@ PLAN_MODULES = ("naspipe.systems", *_modules("naspipe.runplan"))
 
 
 def test_pure_core_imports_without_torch() -> None:
-    assert not _loaded_after_import(PURE_MODULES, "torch")
+    """Every module of the scheduling core (its policies and the replicas' layout included), not only those named."""
+    core = (*_modules("naspipe.scheduling"), *_modules("naspipe.scheduling.policies"))
+    assert not _loaded_after_import((*PURE_MODULES, *core), "torch")
 
 
 def test_run_plan_and_simulator_import_without_torch() -> None:
