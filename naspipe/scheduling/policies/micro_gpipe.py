@@ -32,52 +32,30 @@ longer a makespan, so the baseline is at its strongest.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import ClassVar
 
 from naspipe.scheduling.plan import PipelinePlan
-from naspipe.scheduling.policies.base import PolicyOptions, StagePolicy
+from naspipe.scheduling.policies.base import PolicyOptions
+from naspipe.scheduling.policies.gpipe import GPipe
+from naspipe.scheduling.policies.vpipe import VPipe
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, MicroTask, Task
 
 Part = tuple[int, int]  # (subnet, micro-batch)
 
 
-class MicroGPipe(StagePolicy):
-    """GPipe over micro-batch tasks (module docstring)."""
+class MicroGPipe(GPipe):
+    """GPipe over micro-batch tasks (module docstring).
 
-    name = "gpipe"
-    label = "BSP (GPipe)"
-    report_order = 4
-
-    stash_gradients: ClassVar[bool] = True
-    bulk_synchronous: ClassVar[bool] = True
-    windowed_shared: ClassVar[bool] = True
+    GPipe's own: its name and capabilities (the registry reads GPipe's), the bulk (``bulk_members``,
+    ``current_bulk``), admission and the stream's end. Its own queues are per part."""
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
-        self.bulk = options.bulk_size
         self.micro_batches = options.micro_batches
         self.split = options.split_backward
-        self._end: int | None = None
-        self._ready_f: list[Part] = []
-        self._ready_b: list[Part] = []  # keyed (-subnet, part): last subnet first, its parts in order
-        self._ready_w: list[Part] = []
-        self._ready_u: list[int] = []
+        self._parts_f: list[Part] = []
+        self._parts_b: list[Part] = []  # keyed (-subnet, part): last subnet first, its parts in order
+        self._parts_w: list[Part] = []
         self._gradients_done = 0  # gradient-summing parts (B unsplit, W split) of the current bulk done here
-        self._awaiting_parts: dict[Part, None] = {}
-
-    def stream_ends_at(self, total: int) -> None:
-        self._end = total
-
-    def _bulk(self) -> range:
-        """The subnets of the bulk this stage has not flushed yet."""
-        start = self.finished // self.bulk * self.bulk
-        stop = start + self.bulk
-        if self._end is not None:
-            stop = min(stop, self._end)
-        return range(start, max(start, stop))
-
-    def may_admit(self, subnet: int) -> bool:
-        return subnet // self.bulk == self.finished // self.bulk
 
     # -- events -------------------------------------------------------------
     def admit(self, subnet: int) -> None:
@@ -93,27 +71,25 @@ class MicroGPipe(StagePolicy):
         if micro == 0:
             self._register_through(subnet)
             self._note_arrival(subnet)
-        heappush(self._ready_f, (subnet, micro))
+        heappush(self._parts_f, (subnet, micro))
 
     def backward_arrived(self, subnet: int, micro: int = 0) -> None:
         self.messages += 1
-        self._awaiting_parts.pop((subnet, micro), None)
-        heappush(self._ready_b, (-subnet, micro))
+        heappush(self._parts_b, (-subnet, micro))
 
     def completed(self, task: Task | MicroTask) -> None:
         kind, subnet, _, micro = task  # type: ignore[misc]
         if kind is FORWARD:
-            if not self.is_last:
-                self._awaiting_parts[(subnet, micro)] = None
-        elif kind is BACKWARD and self.split:
-            heappush(self._ready_w, (subnet, micro))
+            return
+        if kind is BACKWARD and self.split:
+            heappush(self._parts_w, (subnet, micro))
         elif kind is UPDATE:
             if not self._ready_u:  # the bulk's last update: the next bulk may start here
                 self._gradients_done = 0
             self.finished += 1
         else:  # an unsplit backward or a weight task: the part's gradients are in its subnet's stash
             self._gradients_done += 1
-            members = self._bulk()
+            members = self.bulk_members(self.current_bulk)
             if self._gradients_done == len(members) * self.micro_batches:  # the flush
                 for y in members:
                     heappush(self._ready_u, y)
@@ -123,36 +99,26 @@ class MicroGPipe(StagePolicy):
         stage = self.stage
         if self._ready_u:
             return MicroTask(UPDATE, heappop(self._ready_u), stage)
-        if len(self._ready_w) > self.micro_batches:  # their activations wait too
+        if len(self._parts_w) > self.micro_batches:  # their activations wait too
             return self._weight()
-        if self._ready_b:
-            y, j = heappop(self._ready_b)
+        if self._parts_b:
+            y, j = heappop(self._parts_b)
             return MicroTask(BACKWARD, -y, stage, j)
-        if self._ready_f and self._ready_f[0][0] in self._bulk():
-            y, j = heappop(self._ready_f)
+        if self._parts_f and self._parts_f[0][0] in self.bulk_members(self.current_bulk):
+            y, j = heappop(self._parts_f)
             return MicroTask(FORWARD, y, stage, j)
-        if self._ready_w:
+        if self._parts_w:
             return self._weight()
         return None
 
     def _weight(self) -> MicroTask:
-        y, j = heappop(self._ready_w)
+        y, j = heappop(self._parts_w)
         return MicroTask(WEIGHT, y, self.stage, j)
 
-    # -- what a predictor reads ---------------------------------------------
-    def awaiting_parts(self) -> list[Part]:
-        """Parts whose forward ran here and whose gradient has not come back, in forward order."""
-        return list(self._awaiting_parts)
 
-
-class MicroVPipe(MicroGPipe):
-    """VPipe's parameter swapping over :class:`MicroGPipe`'s schedule (same bits as it)."""
-
-    name = "vpipe"
-    label = "BSP with parameter swapping (VPipe)"
-    report_order = 5
-
-    swap_parameters: ClassVar[bool] = True
+class MicroVPipe(MicroGPipe, VPipe):
+    """VPipe's parameter swapping over :class:`MicroGPipe`'s schedule (same bits as it); VPipe's name and
+    capabilities come from :class:`VPipe`, next in the method order."""
 
 
 __all__ = ["MicroGPipe", "MicroVPipe"]
