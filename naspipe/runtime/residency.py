@@ -26,10 +26,10 @@ from naspipe.runtime.executor import StageExecutor
 from naspipe.runtime.micro import part_label, part_of
 from naspipe.runtime.recorder import Recorder
 from naspipe.runtime.swap import HostSwapper
-from naspipe.scheduling import StagePolicy, Task
-from naspipe.scheduling.policies.micro import as_plain, starts_hold
+from naspipe.scheduling import StagePolicy
+from naspipe.scheduling.policies.micro import plain_task, starts_hold
 from naspipe.scheduling.predictor import layer_uses, predict, task_layers
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, AnyTask, MicroTask
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, AnyTask
 
 
 class Residency:
@@ -69,9 +69,9 @@ class Residency:
     def _cache_in(self, context: ContextManager, task: AnyTask) -> None:
         """Fetch what the task misses, prefetch what the predictor says comes next."""
         predicted = predict(self.policy, self.horizon, self.stream_end, running=task)  # type: ignore[arg-type]
-        upcoming = layer_uses(self.plan, [_plain(t) for t in predicted])
+        upcoming = layer_uses(self.plan, [plain_task(t) for t in predicted])
         start, waited = self.recorder.now(), context.copy_wait_s
-        context.begin(task_layers(self.plan, _plain(task)), upcoming)
+        context.begin(task_layers(self.plan, plain_task(task)), upcoming)
         if context.copy_wait_s > waited:
             self.recorder.span("waiting", f"copy-wait {task.kind.value}{part_label(task)}", start,
                                self.recorder.now(), task.subnet)
@@ -79,7 +79,7 @@ class Residency:
     def _cache_out(self, context: ContextManager, task: AnyTask) -> None:
         """Unpin the task's layers, except what the subnet's update still needs (:meth:`holds`); after the
         update they are dirty. The gradients are counted once, when part 0's land."""
-        layers = list(task_layers(self.plan, _plain(task)))
+        layers = list(task_layers(self.plan, plain_task(task)))
         if task.kind is UPDATE:
             context.after_update(layers)
             context.end(layers, dirty=layers)
@@ -119,11 +119,6 @@ class Residency:
     def _swap_span(self, way: str, task: AnyTask, start: float) -> None:
         self.recorder.span("waiting", f"swap-{way} {task.kind.value}{part_label(task)}", start, self.recorder.now(),
                            task.subnet)
-
-
-def _plain(task: AnyTask) -> Task:
-    """The subnet-level task whose layers ``task`` uses (what :func:`layer_uses` and :func:`task_layers` read)."""
-    return as_plain(task) if isinstance(task, MicroTask) else task
 
 
 def _check_holds(executor: StageExecutor, is_last: bool) -> None:

@@ -27,7 +27,7 @@ from naspipe.runplan.rules import prefetch_horizon
 from naspipe.scheduling.micro_predictor import predict_parts
 from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import StagePolicy
-from naspipe.scheduling.policies.micro import MicroCSP, as_plain
+from naspipe.scheduling.policies.micro import MicroCSP, plain_task
 from naspipe.scheduling.predictor import predict
 from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, Task
 from naspipe.sim.costs import CostModel
@@ -192,7 +192,7 @@ class ContextCache:
         predicted = self._predict(self.policy, self.horizon, self.end, running=task)  # type: ignore[arg-type]
         # a task that started is not predicted again: its list goes (if it was kept); a part's is its subnet-level
         # task's, predicted again while that task's parts run, and gone after the last of them
-        self._started(task if type(task) is Task else as_plain(task), None)  # type: ignore[arg-type]  # a MicroTask
+        self._started(plain_task(task), None)
         update = task[0] is UPDATE
         last = self._last
         if last is not None and not update and last[0] == layers and last[1] == predicted:

@@ -57,7 +57,7 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies.base import PolicyOptions
 from naspipe.scheduling.policies.csp import CSP
 from naspipe.scheduling.policies.registration import CHUNK_MASK, CHUNK_SHIFT
-from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, Kind, MicroTask, Task, new_task
+from naspipe.scheduling.task import BACKWARD, FORWARD, UPDATE, WEIGHT, AnyTask, Kind, MicroTask, Task, new_task
 
 Part = tuple[int, int]  # (subnet, micro-batch)
 
@@ -532,4 +532,10 @@ def as_plain(task: MicroTask) -> Task:
     return new_task((BACKWARD if kind is WEIGHT else kind, task[1], task[2]))
 
 
-__all__ = ["MICRO_POLICIES", "MicroCSP", "MicroSequential", "as_plain", "starts_hold"]
+def plain_task(task: AnyTask) -> Task:
+    """The subnet-level task whose layers ``task`` uses, for a task of either kind (a subnet-level one: itself);
+    what the runtime's and the simulator's residencies ask the cache and the predictor with."""
+    return task if isinstance(task, Task) else as_plain(task)
+
+
+__all__ = ["MICRO_POLICIES", "MicroCSP", "MicroSequential", "as_plain", "plain_task", "starts_hold"]
