@@ -34,7 +34,7 @@ from naspipe import systems
 from naspipe.config import Config, config_from_dict
 from naspipe.runplan import rules
 from naspipe.sim.hardware import Hardware
-from naspipe.sim.run import SimSetup, memory_fit, simulate_run
+from naspipe.sim.run import SimSetup, max_mode_batch, memory_fit, simulate_run
 from naspipe.sim.setup import build_setup
 
 SAMPLE = 64  # subnets simulated per candidate (as naspipe.plan.cost.SAMPLE prices a job's time)
@@ -115,7 +115,7 @@ def _fallback(config: Config, hardware: Hardware, costs_spec: str, partition_by:
     """No setting fits: the config's own setting as ``--batch max`` runs it (one sample, or one per part), so the
     run still says how far it is from fitting (``device_bytes``, ``fits`` false) rather than failing."""
     setup = build_setup(config, hardware, costs_spec, partition_by)
-    batch = max(memory_fit(setup).max_batch, setup.options.micro_batches)  # a sample per part, at least
+    batch = max_mode_batch(memory_fit(setup).max_batch, setup.options)
     choice = {"batch": batch, "recompute": rules.effective_recompute(config.system, config.recompute),
               "cache": rules.uses_cache(config.system, config.cache)}
     return BatchChoice(replace(setup, batch=batch), _record(choice, False, setup.subnets, weighed, []))

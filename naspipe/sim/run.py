@@ -93,8 +93,7 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
     setup, recompute, budgets = _priced(setup)
     if setup.batch != "config":
         fit = _memory(setup, recompute, budgets).max_batch
-        # max: at least one sample per part (a run that fits fewer says so: ``fits`` false), as --batch best falls back
-        batch = int(setup.batch) if setup.batch != "max" else max(fit, setup.options.micro_batches)
+        batch = int(setup.batch) if setup.batch != "max" else max_mode_batch(fit, setup.options)
         setup = replace(setup, costs=at_batch(setup.costs, batch), batch="config")
     side = _path_and_memory(setup, recompute, budgets)
     aside = Beside(side) if setup.subnets * setup.plan.num_stages >= BESIDE_TASKS else None
@@ -108,6 +107,12 @@ def simulate_run(setup: SimSetup, on_admit: Callable[[int], None] | None = None
         raise
     path, memory = aside.result() if aside is not None else side()
     return _metrics(setup, result, path, memory, recompute), _trace(setup, result)
+
+
+def max_mode_batch(fit: int, options: PolicyOptions) -> int:
+    """The batch ``--batch max`` runs at, given the largest that fits: that one, but at least a sample per part
+    (a run that fits fewer still runs and says so: ``fits`` false); ``--batch best`` falls back to it."""
+    return max(fit, options.micro_batches)
 
 
 def memory_fit(setup: SimSetup) -> MemoryReport:
