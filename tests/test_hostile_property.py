@@ -641,23 +641,18 @@ def test_the_keys_are_those_train_help_lists() -> None:
     assert sum(DEFAULT_EXAMPLES.values()) >= 50 and sum(SLOW_EXAMPLES.values()) >= 1000
 
 
+LENGTHS = {"default": (DEFAULT_EXAMPLES, COMMANDS), "long": (SLOW_EXAMPLES, SLOW_STRATEGIES)}
+
+
+@pytest.mark.parametrize("length", ["default", pytest.param("long", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_hostile_input_is_exit_0_or_one_line_exit_2(command: str, tmp_path: Path, assets: Assets,
+def test_hostile_input_is_exit_0_or_one_line_exit_2(command: str, length: str, tmp_path: Path, assets: Assets,
                                                      capfd: pytest.CaptureFixture[str]) -> None:
-    @_settings(DEFAULT_EXAMPLES[command])
-    @given(case=COMMANDS[command])
-    def check(case: Case) -> None:
-        check_case(case, tmp_path, assets, capfd)
+    """Drawn inputs of every command; the slow set draws ``SLOW_EXAMPLES`` of them, train's at length."""
+    examples, strategies = LENGTHS[length]
 
-    check()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_hostile_input_is_exit_0_or_one_line_exit_2_at_length(command: str, tmp_path: Path, assets: Assets,
-                                                               capfd: pytest.CaptureFixture[str]) -> None:
-    @_settings(SLOW_EXAMPLES[command])
-    @given(case=SLOW_STRATEGIES[command])
+    @_settings(examples[command])
+    @given(case=strategies[command])
     def check(case: Case) -> None:
         check_case(case, tmp_path, assets, capfd)
 
