@@ -65,7 +65,7 @@ class CacheConfig:
 class Config:
     seed: int = _doc("seeds parameters, batches, dropout and the subnet stream", default=0)
     system: str = _doc("scheduling policy: sequential, csp, ... (see --system)", default="csp")
-    stages: int = _doc("pipeline stages D (one process per stage)", default=1)
+    stages: int = _doc("pipeline stages D (one process per stage, or per replica with replicas R)", default=1)
     steps: int = _doc("subnets to train (one batch each)", default=32)
     space: dict[str, Any] = _doc(
         "search space: space.name plus that space's options, e.g. space.blocks=8",
@@ -85,6 +85,12 @@ class Config:
         "parts each subnet's batch is split into (csp, sequential): the parts flow through the stages as GPipe's "
         "chunks do and their gradients are summed in part order before the subnet's one update; part of the "
         "reference (sequential with the same value); 1: the paper's schedule", default=1
+    )
+    replicas: int = _doc(
+        "processes per pipeline stage R (csp): the m parts of a subnet are shared out over a stage's replicas in "
+        "contiguous ranges and their gradients summed in part order across them, so a run uses stages x replicas "
+        "processes and equals sequential with the same micro_batches for any layout; must divide micro_batches",
+        default=1
     )
     split_backward: bool = _doc(
         "split each part's backward into an input-gradient task (sent upstream at once) and a weight-gradient "

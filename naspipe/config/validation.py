@@ -32,6 +32,7 @@ def cache_budget_ok(budget: str) -> bool:
 MIRROR_SYSTEMS = systems.with_capability("mirroring")
 CACHE_SYSTEMS = systems.with_capability("uses_cache")
 MICRO_SYSTEMS = tuple(name for name in systems.names() if supports_micro_batches(name))
+REPLICA_SYSTEMS = ("csp",)  # the micro-batched CSP policy gates its update on the replicas' sum (MicroCSP.reduced)
 
 
 # timeout_s bounds every wait of a stage on its peers: the process group's rendezvous and connections (rank 0
@@ -65,6 +66,13 @@ def _check_ranges(config: Config) -> None:
         ("micro_batches", config.micro_batches >= 1, "must be >= 1"),
         ("micro_batches", config.micro_batches == 1 or config.system in MICRO_SYSTEMS,
          f"> 1 needs system {' or '.join(MICRO_SYSTEMS)}"),
+        ("replicas", config.replicas >= 1, "must be >= 1"),
+        ("replicas", config.replicas == 1 or config.system in REPLICA_SYSTEMS,
+         f"> 1 needs system {' or '.join(REPLICA_SYSTEMS)} (its update waits for the replicas' ordered sum)"),
+        ("replicas", config.micro_batches % max(config.replicas, 1) == 0,
+         f"must divide micro_batches ({config.micro_batches}): each replica runs the same number of parts"),
+        ("replicas", config.replicas == 1 or config.shared_policy != "windowed",
+         "> 1 cannot run shared_policy=windowed (the window's sums are not exchanged between replicas)"),
         ("split_backward", not config.split_backward or config.system in MICRO_SYSTEMS,
          f"needs system {' or '.join(MICRO_SYSTEMS)}"),
         ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),

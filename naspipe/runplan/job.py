@@ -69,7 +69,7 @@ def policy_options(config: Config) -> PolicyOptions:
     return PolicyOptions(max_inflight=config.inflight_limit, bulk_size=config.bulk,
                          shared_window=config.shared_window, micro_batches=config.micro_batches,
                          split_backward=config.split_backward, priority=config.priority,
-                         one_holder=config.cache.enabled)
+                         one_holder=config.cache.enabled, replicas=config.replicas)
 
 
 def build_space(config: Config) -> SearchSpace:

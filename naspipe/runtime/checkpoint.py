@@ -69,7 +69,7 @@ UNDIGESTED = ("files", DIGEST)  # each file's entry is checked against the file 
 MUST_MATCH = ("seed", "system", "space", "shared_policy", "optimizer", "recompute", "subnet", "micro_batches",
               "split_backward", "precision", "threads")
 # - BY_SYSTEM: the pipeline's shape; some systems' numbers depend on it (:func:`numerics_settings`).
-BY_SYSTEM = ("stages", "max_inflight", "bulk_size", "checkpoint_every", "partition_costs", "partition_file",
+BY_SYSTEM = ("stages", "replicas", "max_inflight", "bulk_size", "checkpoint_every", "partition_costs", "partition_file",
              "partition_mode", "cache")
 # - CHECKED_APART: each by its own rule (shared_window under windowed; numerics: the CPU kernels; device: the
 #   type the stages resolved; steps: not behind the checkpoint).

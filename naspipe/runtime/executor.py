@@ -100,6 +100,7 @@ class StageExecutor:
         *,
         is_first: bool = False,
         parts: int = 1,
+        parts_here: int | None = None,
         split: bool = False,
         stash_gradients: bool = False,
         stash_weights: bool = False,
@@ -112,7 +113,7 @@ class StageExecutor:
         self.seed, self.recompute, self.is_first, self.is_last = seed, recompute, is_first, is_last
         self.parts, self.split, self.cast = parts, split, precision
         self.stash_gradients, self.stash_weights, self.windows = stash_gradients, stash_weights, windows
-        self.batches = PartBatches(batch_of, parts, read_in_backward=is_last and recompute)
+        self.batches = PartBatches(batch_of, parts, read_in_backward=is_last and recompute, uses=parts_here)
         self.stash = GradientSums()  # the gradient stash: subnet -> layer -> its parts' gradients
         self._window_sums = GradientSums()  # windowed shared layers' gradients, until the subnet's update
         self._inputs: dict[Part, State] = {}  # recomputation: each part's stage input, until its backward
@@ -181,7 +182,7 @@ class StageExecutor:
                 continue
             grads = stashed.pop(layer, None)
             if grads is not None:
-                for param, grad in zip(_trainable(self.layers[layer]), grads, strict=True):
+                for param, grad in zip(trainable_parameters(self.layers[layer]), grads, strict=True):
                     param.grad = grad
             self.optimizers.step(layer)
         if stashed:
@@ -209,7 +210,7 @@ class StageExecutor:
         if weights is not None:
             grads: ParamGrads = [w.grad for w in weights.values()]
         else:
-            params = _trainable(self.layers[layer])
+            params = trainable_parameters(self.layers[layer])
             grads = [p.grad for p in params]
             for p in params:
                 p.grad = None
@@ -222,7 +223,7 @@ class StageExecutor:
         params: list[torch.Tensor] = []
         for layer in unit.layers:
             weights = unit.weights.get(layer)
-            params.extend(weights.values() if weights is not None else _trainable(self.layers[layer]))
+            params.extend(weights.values() if weights is not None else trainable_parameters(self.layers[layer]))
         return params
 
     # -- graphs -------------------------------------------------------------
@@ -283,8 +284,11 @@ def _named_trainable(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parame
     return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
 
 
-def _trainable(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+def trainable_parameters(module: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters the layer's optimizer steps, in its order (what a layer's gradients are given for)."""
     return [p for _, p in _named_trainable(module)]
+
+
 
 
 def _pairs(unit: _Unit, grads: Grads) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -49,6 +49,7 @@ from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import DistTransport, LocalTransport, Transport
 from naspipe.runtime.worker import StageWorker
+from naspipe.scheduling.replicas import ProcessGrid
 from naspipe.space.base import SearchSpace
 
 # forkserver: one clean server process imports torch once, then each stage is a fork of it
@@ -137,7 +138,7 @@ def _run_locally(job: Job, run: RunDir, checkpoint: Path | None, lock: runlock.H
     """The stages on this machine (in this process for one stage); the metrics once outputs are written."""
     try:
         with lifecycle.signals_raise():  # SIGTERM/SIGINT: stop the stages, publish nothing, exit 128 + signal
-            if job.plan.num_stages == 1:
+            if job.plan.num_stages * job.config.replicas == 1:
                 return run_stage(Rank(0, 1, 0), job, run.work, checkpoint, init_method=None)
             _spawn_stages(job, run.work, checkpoint, lock)
     except (UsageError, StageFailed):
@@ -154,7 +155,7 @@ def _spawn_stages(job: Job, work_dir: Path, checkpoint: Path | None, lock: runlo
     """One process per stage; they die with this one (see :mod:`naspipe.runtime.lifecycle`) and hold
     the run's lock with it, so that the directory stays locked until the last stage has stopped. Each
     receives the job (pickled, :meth:`Job.__reduce__`): no stage builds the space or partitions again."""
-    stages = job.plan.num_stages
+    stages = job.plan.num_stages * job.config.replicas  # processes: one per (stage, replica)
     _start_forkserver()
     with tempfile.TemporaryDirectory(prefix="naspipe-rdzv-") as rdzv:
         init = f"file://{Path(rdzv) / 'store'}"
@@ -233,8 +234,10 @@ def _check_stage_count(job: Job, place: Rank | None) -> None:
     config, stages = job.config, job.plan.num_stages
     if stages != config.stages:  # a partition file is checked against the config: this cannot happen
         raise UsageError(f"--stages {config.stages} but the partition has {stages} stages")
-    if place is not None and place.world != stages:
-        raise UsageError(f"--stages {config.stages} but the launcher started {place.world} processes")
+    if place is not None and place.world != stages * config.replicas:
+        layout = f"--stages {config.stages}" + (f" x replicas {config.replicas}" if config.replicas > 1 else "")
+        raise UsageError(f"{layout} needs {stages * config.replicas} processes but the launcher started "
+                         f"{place.world}")
 
 
 def _check_memory(config: Config, space: SearchSpace, place: Rank | None) -> None:
@@ -282,7 +285,8 @@ def _spawned(index: int, job: Job, work_dir: Path, checkpoint: Path | None, init
     # so a stage ignores its own SIGINT instead of dying with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        run_stage(Rank(index, job.plan.num_stages, index), job, work_dir, checkpoint, init_method=init)
+        world = job.plan.num_stages * job.config.replicas
+        run_stage(Rank(index, world, index), job, work_dir, checkpoint, init_method=init)
     except RunDirGone:
         os._exit(RUN_DIR_GONE_EXIT)  # no traceback: the launcher reports it in one line
     except OSError as exc:
@@ -332,13 +336,15 @@ def run_stage(place: Rank, job: Job, work_dir: Path, checkpoint: Path | None, in
 def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, checkpoint: Path | None,
                 control: Any) -> dict[str, Any] | None:
     wire = torch.device("cpu") if dist.is_initialized() and dist.get_backend() == "gloo" else device
-    transport: Transport = (DistTransport(place.rank, place.world, device, job.config.timeout_s, wire)
+    grid = ProcessGrid(job.plan.num_stages, job.config.replicas)
+    stage, replica = grid.place(place.rank)
+    transport: Transport = (DistTransport(grid, place.rank, device, job.config.timeout_s, wire)
                             if place.world > 1 else LocalTransport())
     barrier = (lambda: dist.barrier(group=control)) if control is not None else (lambda: None)
     start_step = int(ckpt.read_manifest(checkpoint)["step"]) if checkpoint is not None else 0
-    bar = _progress_bar(job, start_step) if place.rank == place.world - 1 else None
-    worker = StageWorker(job, place.rank, transport, device, work_dir, checkpoint, barrier,
-                         progress=bar.step if bar is not None else None)
+    bar = _progress_bar(job, start_step) if place.rank == place.world - 1 else None  # the last replica: the loss
+    worker = StageWorker(job, stage, transport, device, work_dir, checkpoint, barrier,
+                         progress=bar.step if bar is not None else None, replica=replica)
     barrier()  # every stage is built: start the clocks together
     worker.recorder.t0 = time.perf_counter()
     start = time.perf_counter()
@@ -348,7 +354,20 @@ def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, che
     reports = _gather(report, place, control)
     if place.rank != 0:
         return None
-    return write_outputs(job, reports, work_dir, time.perf_counter() - start, str(device))
+    return write_outputs(job, _replica_zero(reports, grid), work_dir, time.perf_counter() - start, str(device))
+
+
+def _replica_zero(reports: list[StageReport], grid: ProcessGrid) -> list[StageReport]:
+    """Replica 0's reports (ranks 0 .. D-1), which the outputs are written from, once every other replica of each
+    stage is found to hold the same layer digests: replicas that drifted apart are a bug, never a result."""
+    for rank in range(grid.stages, grid.size):
+        stage, replica = grid.place(rank)
+        ours, theirs = reports[stage].layer_hashes, reports[rank].layer_hashes
+        if ours != theirs:
+            differ = sorted(lid for lid in ours.keys() | theirs.keys() if ours.get(lid) != theirs.get(lid))
+            raise RuntimeError(f"stage {stage}: replica {replica} ends with other bits than replica 0 in layers "
+                               f"{differ[:8]}{' ...' if len(differ) > 8 else ''}; the run is not published")
+    return reports[: grid.stages]
 
 
 def _gather(report: StageReport, place: Rank, control: Any) -> list[StageReport]:

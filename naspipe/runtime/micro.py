@@ -65,8 +65,10 @@ class PartBatches:
     resumed run starts with an empty one.
     """
 
-    def __init__(self, batch_of: Callable[[int], Batch], parts: int, read_in_backward: bool) -> None:
+    def __init__(self, batch_of: Callable[[int], Batch], parts: int, read_in_backward: bool,
+                 uses: int | None = None) -> None:
         self.batch_of, self.parts, self.read_in_backward = batch_of, parts, read_in_backward
+        self.uses = parts if uses is None else uses  # parts read here (a stage replica runs m / R of them)
         self._split: dict[int, tuple[list[Batch], list[float]]] = {}  # subnet -> its parts and their scales
         self._done: dict[int, int] = {}  # subnet -> parts whose last use here is done
 
@@ -84,7 +86,7 @@ class PartBatches:
         if backward != self.read_in_backward or subnet not in self._split:
             return
         done = self._done.pop(subnet, 0) + 1
-        if done == self.parts:
+        if done == self.uses:
             del self._split[subnet]
         else:
             self._done[subnet] = done

@@ -28,7 +28,7 @@ class GradientSums:
         """Add one part's gradients of ``layer`` (the first part's are kept as they are)."""
         sums = self._sums.setdefault(subnet, {})
         before = sums.get(layer)
-        sums[layer] = grads if before is None else [_add(a, b) for a, b in zip(before, grads, strict=True)]
+        sums[layer] = grads if before is None else add_grads(before, grads)
 
     def get(self, subnet: int) -> dict[int, ParamGrads]:
         """``subnet``'s sums so far, by layer (empty when none)."""
@@ -50,3 +50,9 @@ def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
     if a is None:
         return b
     return a if b is None else a + b
+
+
+def add_grads(before: ParamGrads, grads: ParamGrads) -> ParamGrads:
+    """Each of ``grads`` added to its running sum in ``before`` (the sum so far of earlier parts), as ``.grad``
+    accumulation adds a part's gradients (shared by the stash and the replicas' ordered sum)."""
+    return [_add(a, b) for a, b in zip(before, grads, strict=True)]

@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 
 from naspipe.runplan.job import Job
+from naspipe.runtime.exchange import GradientExchange
 from naspipe.runtime.executor import Grads, StageExecutor
 from naspipe.runtime.micro import part_label, part_of
 from naspipe.runtime.recorder import Recorder
@@ -44,11 +45,15 @@ class StageTasks:
     """A stage's tasks, run with its executor, residency, recorder and a ``send`` to a neighbour."""
 
     def __init__(self, job: Job, stage: int, device: torch.device, executor: StageExecutor, residency: Residency,
-                 recorder: Recorder, send: Send, progress: Callable[[int, float], None] | None = None) -> None:
+                 recorder: Recorder, send: Send, progress: Callable[[int, float], None] | None = None,
+                 exchange: GradientExchange | None = None, first_part: int = 0) -> None:
         self.plan, self.stage, self.device = job.plan, stage, device
         self.executor, self.residency, self.recorder = executor, residency, recorder
         self.send, self.progress = send, progress
-        self.is_last, self.parts = executor.is_last, executor.parts
+        self.is_last, self.parts = executor.is_last, executor.batches.uses
+        # replicated stages: this replica runs parts first_part .. first_part + parts - 1 of each subnet (the policy
+        # and the messages count them from 0), and the replicas sum their gradients and losses through ``exchange``
+        self.exchange, self.first_part = exchange, first_part
         self._inbox: dict[tuple[str, int, int], tuple[torch.Tensor | None, ...]] = {}  # (kind, subnet, part)
         self._losses: dict[int, torch.Tensor] = {}  # last stage: the parts' scaled losses so far, summed
 
@@ -68,6 +73,8 @@ class StageTasks:
         elif kind is WEIGHT:
             self._weight(task, layers, start)
         else:
+            if self.exchange is not None:
+                self.exchange.apply(y)
             self.executor.update(layers, subnet=y)
             self._span("optimizer", f"U{y}", start, y)
         self.residency.after(task, layers)
@@ -76,10 +83,10 @@ class StageTasks:
     def _forward(self, task: AnyTask, layers: tuple[int, ...], start: float) -> None:
         y, j = task.subnet, part_of(task)
         if self.stage == 0:
-            inputs: State = tuple(t.to(self.device) for t in self.executor.part_batch(y, j).inputs)
+            inputs: State = tuple(t.to(self.device) for t in self.executor.part_batch(y, self.first_part + j).inputs)
         else:
             inputs = self._inbox.pop(("F", y, j))  # type: ignore[assignment]
-        output = self.executor.forward(y, j, layers, inputs)
+        output = self.executor.forward(y, self.first_part + j, layers, inputs)
         if j == 0:
             self.recorder.touch(layers, y, "F")
         if self.is_last:
@@ -91,7 +98,7 @@ class StageTasks:
     def _backward(self, task: AnyTask, layers: tuple[int, ...], start: float) -> None:
         y, j = task.subnet, part_of(task)
         grads: Grads | None = None if self.is_last else self._inbox.pop(("B", y, j))
-        grads_in = self.executor.backward(y, j, layers, grads)
+        grads_in = self.executor.backward(y, self.first_part + j, layers, grads)
         if not self.executor.split:
             self._summed(y, j, layers)
         wait_for_device(self.device)
@@ -101,25 +108,35 @@ class StageTasks:
 
     def _weight(self, task: AnyTask, layers: tuple[int, ...], start: float) -> None:
         y, j = task.subnet, part_of(task)
-        self.executor.weight(y, j)
+        self.executor.weight(y, self.first_part + j)
         self._summed(y, j, layers)
         self._span("backward", f"W{part_label(task)}", start, y)
 
     # -- what a task leaves behind ------------------------------------------
     def _loss(self, y: int, j: int, loss: torch.Tensor) -> None:
-        """Sum the parts' scaled losses in part order; the last part's forward logs the subnet's loss."""
+        """Sum the parts' scaled losses in part order; the last part's forward logs the subnet's loss (replicated:
+        the replicas sum them with the gradients, and the loss is logged when the subnet is reduced)."""
+        if self.exchange is not None:
+            self.exchange.part_loss(y, loss)
+            return
         total = self._losses.pop(y, None)
         total = loss if total is None else total + loss
         if j < self.parts - 1:
             self._losses[y] = total
             return
-        value = float(total.item())
+        self.log_loss(y, float(total.item()))
+
+    def log_loss(self, y: int, value: float) -> None:
+        """The subnet's loss: into the losses log, and the progress bar's."""
         self.recorder.logs.loss(y, value)
         if self.progress is not None:
             self.progress(y, value)
 
     def _summed(self, y: int, j: int, layers: tuple[int, ...]) -> None:
-        """A part's weight gradients are in: the last part's completes the subnet's backward here."""
+        """A part's weight gradients are in: the last part's completes the subnet's backward here (replicated:
+        this replica's last part, which also hands the sum to the replicas' exchange)."""
+        if self.exchange is not None:
+            self.exchange.part_summed(y, last_own=j == self.parts - 1)
         if j == self.parts - 1:
             self.recorder.touch(layers, y, "B")
 

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from naspipe.runtime.wire import Message, pack, unpack
+from naspipe.scheduling.replicas import ProcessGrid
 
 
 class PeerFailure(RuntimeError):
@@ -28,7 +29,12 @@ class PeerFailure(RuntimeError):
 
 class Transport(ABC):
     @abstractmethod
-    def send(self, dst: int, message: Message) -> None: ...
+    def send(self, dst: int, message: Message) -> None:
+        """To stage ``dst`` (a neighbour) of this process's replica."""
+
+    def send_replica(self, dst: int, message: Message) -> None:
+        """To replica ``dst`` of this process's stage (replicated stages only)."""
+        raise RuntimeError(f"this transport has no replicas to send to (replica {dst})")
 
     @abstractmethod
     def receive(self, timeout: float | None) -> Message | None:
@@ -63,34 +69,60 @@ class DistTransport(Transport):
     With nccl the bytes travel on the GPU. Stages that share a GPU cannot use nccl (it refuses
     two ranks on one device), so they talk over gloo with ``wire`` = CPU: a message is packed
     in host memory and its tensors are copied to ``device`` on arrival (exact bytes both ways).
+
+    With replicated stages (``grid``, :class:`~naspipe.scheduling.replicas.ProcessGrid`) each replica is a
+    pipeline of its own: :meth:`send` names a stage of this process's replica. :meth:`send_replica` reaches
+    another replica of this stage, on two more groups: partial sums go up the chain (replica r -> r + 1) and the
+    total from the last replica to each other one; a process listens on each link that can reach it.
     """
 
-    def __init__(self, rank: int, world: int, device: torch.device, timeout_s: float,
+    def __init__(self, grid: ProcessGrid, rank: int, device: torch.device, timeout_s: float,
                  wire: torch.device | None = None) -> None:
-        self.rank, self.world, self.device = rank, world, device
+        self.grid, self.rank, self.device = grid, rank, device
+        self.stage, self.replica = grid.place(rank)
         self.wire = device if wire is None else wire
         self._timeout = timedelta(seconds=timeout_s)
         self._down = dist.new_group(timeout=self._timeout)  # activations: k -> k+1
         self._up = dist.new_group(timeout=self._timeout)  # gradients: k+1 -> k
+        replicated = grid.replicas > 1  # (every rank decides alike: new_group is collective)
+        self._chain = dist.new_group(timeout=self._timeout) if replicated else None  # partial sums: r -> r+1
+        self._total = dist.new_group(timeout=self._timeout) if replicated else None  # the total: last -> others
         self._inbox: queue.Queue[Message | BaseException] = queue.Queue()
         self._threads = []
-        if rank > 0:
+        if self.stage > 0:
             self._threads.append(self._listen(rank - 1, self._down))
-        if rank < world - 1:
+        if self.stage < grid.stages - 1:
             self._threads.append(self._listen(rank + 1, self._up))
+        if self._chain is not None and self.replica > 0:
+            self._threads.append(self._listen(grid.rank(self.stage, self.replica - 1), self._chain))
+        if self._total is not None and self.replica < grid.replicas - 1:
+            self._threads.append(self._listen(grid.rank(self.stage, grid.replicas - 1), self._total))
 
     def _group_to(self, dst: int) -> dist.ProcessGroup:
-        if dst == self.rank + 1:
+        if dst == self.stage + 1:
             return self._down
-        if dst == self.rank - 1:
+        if dst == self.stage - 1:
             return self._up
-        raise ValueError(f"stage {self.rank} can only talk to its neighbours, not {dst}")
+        raise ValueError(f"stage {self.stage} can only talk to its neighbours, not {dst}")
 
     def send(self, dst: int, message: Message) -> None:
-        group = self._group_to(dst)
+        self._send(self.grid.rank(dst, self.replica), self._group_to(dst), message)
+
+    def send_replica(self, dst: int, message: Message) -> None:
+        """To replica ``dst`` of this stage: the next one in the chain, or (from the last) any other."""
+        last = self.grid.replicas - 1
+        if self._chain is not None and dst == self.replica + 1:
+            group = self._chain
+        elif self._total is not None and self.replica == last and dst != last:
+            group = self._total
+        else:
+            raise ValueError(f"replica {self.replica} of stage {self.stage} has no link to replica {dst}")
+        self._send(self.grid.rank(self.stage, dst), group, message)
+
+    def _send(self, rank: int, group: dist.ProcessGroup, message: Message) -> None:
         payload = pack(message, self.wire)
-        dist.send(torch.tensor([payload.numel()], dtype=torch.int64, device=self.wire), dst, group=group)
-        dist.send(payload, dst, group=group)
+        dist.send(torch.tensor([payload.numel()], dtype=torch.int64, device=self.wire), rank, group=group)
+        dist.send(payload, rank, group=group)
 
     def receive(self, timeout: float | None) -> Message | None:
         try:
@@ -98,7 +130,8 @@ class DistTransport(Transport):
         except queue.Empty:
             return None
         if isinstance(item, BaseException):
-            raise PeerFailure(f"stage {self.rank}: lost a neighbour: {item}") from item
+            where = f"stage {self.stage}" + (f" replica {self.replica}" if self.grid.replicas > 1 else "")
+            raise PeerFailure(f"{where}: lost a neighbour: {item}") from item
         return item
 
     def _listen(self, src: int, group: dist.ProcessGroup) -> threading.Thread:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import io
 import resource
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,7 +32,8 @@ from naspipe.runplan.rules import cache_budget, effective_recompute
 from naspipe.runtime import checkpoint as ckpt
 from naspipe.runtime.build import build_stage
 from naspipe.runtime.context import ContextManager, layer_bytes
-from naspipe.runtime.executor import StageExecutor
+from naspipe.runtime.exchange import PARTIAL, TOTAL, GradientExchange
+from naspipe.runtime.executor import StageExecutor, trainable_parameters
 from naspipe.runtime.optim import LayerOptimizers
 from naspipe.runtime.outputs import tensor_digest
 from naspipe.runtime.recorder import Recorder, StageLogs, StageReport, access_log
@@ -41,6 +44,7 @@ from naspipe.runtime.transport import Transport
 from naspipe.runtime.windowed import SharedWindows
 from naspipe.runtime.wire import Message
 from naspipe.scheduling import make_policy
+from naspipe.scheduling.replicas import ReplicaLayout
 from naspipe.scheduling.task import FORWARD, UPDATE, AnyTask
 from naspipe.scheduling.windows import SharedWindow
 
@@ -56,8 +60,10 @@ class StageWorker:
         resume: Path | None = None,
         barrier: Callable[[], None] = lambda: None,
         progress: Callable[[int, float], None] | None = None,
+        replica: int = 0,
     ) -> None:
         self.job, self.stage, self.transport, self.device = job, stage, transport, device
+        self.replica = replica
         self.run_dir, self.barrier, self.progress = run_dir, barrier, progress
         config = job.config
         self.steps = config.steps
@@ -76,10 +82,15 @@ class StageWorker:
         self.policy.resume_at(start)
         self.mirror_bytes = self.relay_bytes = 0
         end = self._announce_end(start)  # (at start-up no mirror is due: every stage restored the newest states)
-        logs = StageLogs(run_dir / "logs", stage, sorted(self.layers), self.is_last, config.trace_max_events)
+        self._replica_logs = tempfile.mkdtemp(prefix=f"naspipe-stage{stage}-replica{replica}-") if replica else None
+        logs_dir = Path(self._replica_logs) / "logs" if self._replica_logs else run_dir / "logs"  # replica 0's count
+        logs = StageLogs(logs_dir, stage, sorted(self.layers), self.is_last, config.trace_max_events)
         self.recorder = Recorder(stage, logs)
         self.residency = Residency(job, stage, self.policy, executor, self.recorder, self.context, self.swapper, end)
-        self.tasks = StageTasks(job, stage, device, executor, self.residency, self.recorder, self._send, progress)
+        self.exchange = self._make_exchange()
+        parts_here = job.policy_options.parts_here
+        self.tasks = StageTasks(job, stage, device, executor, self.residency, self.recorder, self._send, progress,
+                                self.exchange, first_part=replica * parts_here)
 
     # -- main loop ------------------------------------------------------------
     def run(self) -> StageReport:
@@ -96,6 +107,8 @@ class StageWorker:
             self._checkpoint(self.steps, lengths)
         if self.context is not None:
             self.context.close()
+        if self._replica_logs is not None:
+            shutil.rmtree(self._replica_logs, ignore_errors=True)
         return report
 
     def _train(self) -> None:
@@ -132,9 +145,23 @@ class StageWorker:
         recompute = self.recompute and not (options.micro_batched and self.is_last)
         return StageExecutor(job.space, self.layers, self.optimizers, config.seed, recompute, self.is_last,
                              lambda y: job.space.batch(y, config.seed), is_first=self.stage == 0,
-                             parts=options.micro_batches, split=options.split_backward,
+                             parts=options.micro_batches, parts_here=options.parts_here,
+                             split=options.split_backward,
                              stash_gradients=policy.stash_gradients, stash_weights=policy.stash_weights,
                              windows=self.windows, precision=layer_precision(config.precision, self.device))
+
+    def _make_exchange(self) -> GradientExchange | None:
+        """Replicated stages: this replica's side of the ordered sum of each subnet's gradients (and losses)."""
+        config = self.job.config
+        if config.replicas == 1:
+            return None
+        plan, stage, layers = self.job.plan, self.stage, self.layers
+
+        def params(subnet: int) -> list[torch.Tensor]:
+            return [p for lid in plan.trainable_layers(subnet, stage) for p in trainable_parameters(layers[lid])]
+
+        layout = ReplicaLayout(config.micro_batches, config.replicas)
+        return GradientExchange(layout, self.replica, params, self.transport.send_replica, with_loss=self.is_last)
 
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
@@ -160,7 +187,8 @@ class StageWorker:
         cache = self.context.stats() if self.context is not None else {}
         mirror = {"mirror_bytes": float(self.mirror_bytes), "mirror_relay_bytes": float(self.relay_bytes)}
         window = {"shared_window_bytes": float(self.windows.extra_bytes())} if self.windows is not None else {}
-        return {"recompute": float(self.recompute), **swap, **cache, **mirror, **window, **_memory()}
+        sums = {"replica_sum_bytes": float(self.exchange.sent_bytes)} if self.exchange is not None else {}
+        return {"recompute": float(self.recompute), **swap, **cache, **mirror, **window, **sums, **_memory()}
 
     def _announce_end(self, done: int) -> int:
         """Tell a policy that needs it where the stream ends: the run's end or the next drain point."""
@@ -192,6 +220,11 @@ class StageWorker:
         if message.kind == "M":
             self._on_mirror(message)
             return
+        if message.kind in (PARTIAL, TOTAL):
+            assert self.exchange is not None, f"stage {self.stage}: a replicas' sum reached a stage without replicas"
+            self.exchange.arrived(message)
+            self._tell_reduced()
+            return
         self.tasks.arrived(message)
         part = (message.micro,) if self.job.policy_options.micro_batched else ()  # a micro-batched policy takes it
         if message.kind == "F":
@@ -218,11 +251,21 @@ class StageWorker:
         stage's forward is its own backward's arrival (a micro-batch task's part goes with it)."""
         self.recorder.tasks += 1
         self.policy.completed(task)  # type: ignore[arg-type]  # a micro-batched policy takes its MicroTask
+        if self.exchange is not None:
+            self._tell_reduced()
         if task.kind is UPDATE:
             self._send_mirrors()
             self._maybe_checkpoint()
         elif task.kind is FORWARD and self.is_last:
             self.policy.backward_arrived(task.subnet, *task[3:])
+
+    def _tell_reduced(self) -> None:
+        """The subnets whose replicas' sum is here: their loss (the last stage) is logged, their update may run."""
+        assert self.exchange is not None
+        for subnet in self.exchange.take_reduced():
+            if self.is_last:
+                self.tasks.log_loss(subnet, self.exchange.take_loss(subnet))
+            self.policy.reduced(subnet)  # type: ignore[attr-defined]  # MicroCSP: the one replicated policy
 
     def _send(self, dst: int, message: Message) -> None:
         """A send blocks until the neighbour takes the bytes: the stage waits, it does not compute,
@@ -286,7 +329,11 @@ class StageWorker:
         self._send_mirrors()
 
     def _checkpoint(self, step: int, log_lengths: dict[str, int]) -> None:
-        """Every stage saves its layers; after a barrier stage 0 hashes them all into the manifest."""
+        """Every stage saves its layers; after a barrier stage 0 hashes them all into the manifest. Replicas hold
+        the same bits as replica 0 (the tests compare them): replica 0 saves, the others only meet the barrier."""
+        if self.replica:
+            self.barrier()
+            return
         directory = ckpt.step_dir(self.run_dir, step)
         if self.context is not None:
             self.context.sync()
@@ -312,6 +359,9 @@ class StageWorker:
         for neighbour in (self.stage - 1, self.stage + 1):
             if 0 <= neighbour < self.job.plan.num_stages:
                 self.transport.send(neighbour, Message("END", -1))
+        last = self.job.config.replicas - 1
+        for other in (range(last) if self.replica == last else (self.replica + 1,)) if last else ():
+            self.transport.send_replica(other, Message("END", -1))  # each replica link that listens to this one
         self.transport.close()
 
     def _layer_hashes(self) -> dict[int, str]:

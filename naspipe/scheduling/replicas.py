@@ -85,3 +85,37 @@ class ReplicaLayout:
     def _check_replica(self, replica: int) -> None:
         if isinstance(replica, bool) or not isinstance(replica, int) or not 0 <= replica < self.replicas:
             raise ValueError(f"replica {replica!r} is not one of the {self.replicas} replicas")
+
+
+@dataclass(frozen=True)
+class ProcessGrid:
+    """Where each (stage, replica) process of a D x R run sits among the ranks: ``rank = replica * D + stage``.
+
+    Replica 0's stages are ranks 0 .. D-1, the ranks of a run without replicas, so rank 0 (stage 0 of replica 0,
+    which publishes the outputs) and every rank of an R = 1 run keep their places. Each replica is a pipeline of
+    its own (stage ``s`` of replica ``r`` sends to stage ``s + 1`` of replica ``r``): a part stays on its replica
+    from the first stage to the last, and only the gradient sums cross between a stage's replicas.
+    """
+
+    stages: int
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.stages < 1 or self.replicas < 1:
+            raise ValueError(f"a grid needs stages >= 1 and replicas >= 1, not {self.stages} x {self.replicas}")
+
+    @property
+    def size(self) -> int:
+        """Processes in the run: D x R."""
+        return self.stages * self.replicas
+
+    def rank(self, stage: int, replica: int) -> int:
+        if not (0 <= stage < self.stages and 0 <= replica < self.replicas):
+            raise ValueError(f"(stage {stage}, replica {replica}) is not in a {self.stages} x {self.replicas} grid")
+        return replica * self.stages + stage
+
+    def place(self, rank: int) -> tuple[int, int]:
+        """``(stage, replica)`` of ``rank``."""
+        if not 0 <= rank < self.size:
+            raise ValueError(f"rank {rank} is not in a {self.stages} x {self.replicas} grid")
+        return rank % self.stages, rank // self.stages

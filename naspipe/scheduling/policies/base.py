@@ -42,6 +42,8 @@ class PolicyOptions:
     ready tasks (``critical``: an update a later subnet waits for, then backwards, forwards, weight tasks
     and the other updates; ``fifo``: update, weight, backward, forward). ``micro_batches`` 1 without a split
     is the paper's schedule.
+    ``replicas``: processes per stage (R); each runs ``parts_here`` = m / R of a subnet's parts, and its update
+    waits for the replicas' ordered sum of the parts' gradients (:meth:`MicroCSP.reduced`).
     ``one_holder``: a micro-batched stage lets one subnet at a time keep its layers from its first
     backward part (the last stage, which keeps its forward state: its first forward part) to its
     update, as the context manager pins them (on with the cache; see ``MicroCSP``).
@@ -54,11 +56,18 @@ class PolicyOptions:
     split_backward: bool = False
     priority: str = "critical"
     one_holder: bool = False
+    replicas: int = 1
 
     @property
     def micro_batched(self) -> bool:
-        """Whether the run uses micro-batch tasks (:class:`~naspipe.scheduling.task.MicroTask`)."""
-        return self.micro_batches > 1 or self.split_backward
+        """Whether the run uses micro-batch tasks (:class:`~naspipe.scheduling.task.MicroTask`): a replicated stage's
+        update waits for the replicas' sum, which only the micro-batched policy knows of."""
+        return self.micro_batches > 1 or self.split_backward or self.replicas > 1
+
+    @property
+    def parts_here(self) -> int:
+        """The parts of each subnet that one replica of a stage runs (m / R; m without replicas)."""
+        return self.micro_batches // self.replicas
 
     def __post_init__(self) -> None:
         if self.max_inflight < 1:
@@ -69,6 +78,8 @@ class PolicyOptions:
             raise ValueError(f"shared_window must be >= 1, got {self.shared_window}")
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+        if self.replicas < 1 or self.micro_batches % self.replicas:
+            raise ValueError(f"replicas must be >= 1 and divide micro_batches {self.micro_batches}, got {self.replicas}")
         if self.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
 

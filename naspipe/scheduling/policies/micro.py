@@ -67,7 +67,11 @@ class MicroCSP(CSP):
 
     def __init__(self, stage: int, plan: PipelinePlan, options: PolicyOptions) -> None:
         super().__init__(stage, plan, options)
-        self.micro_batches = options.micro_batches
+        self.micro_batches = options.parts_here  # the parts this stage runs: m, or m / R on each of R replicas
+        # replicated stages: an update waits, after the stage's own parts, for the replicas' ordered sum (reduced)
+        self._gated = options.replicas > 1
+        self._awaiting_sum: set[int] = set()  # own parts done, the replicas' sum not here yet
+        self._summed_early: set[int] = set()  # the sum came first (cannot happen in the runtime; kept exact anyway)
         self.split = options.split_backward
         self._critical = options.priority == "critical"
         self._plain = False  # registration through _on_register (CSP's inlined path is its own forward_arrived)
@@ -101,6 +105,9 @@ class MicroCSP(CSP):
         other._urgent_w, other._idle_w, other._urgent_u = list(self._urgent_w), list(self._idle_w), list(self._urgent_u)
         other._parts_done = dict(self._parts_done)
         other._awaiting_parts = dict(self._awaiting_parts)
+        other._awaiting_sum, other._summed_early = set(), set(self._summed_early)
+        for subnet in sorted(self._awaiting_sum):  # a copy runs ahead as if every sum came at once (sends nothing)
+            other._update_ready(subnet)
         return other
 
     # -- events -------------------------------------------------------------
@@ -202,7 +209,24 @@ class MicroCSP(CSP):
         done = self._parts_done.get(subnet, 0) + 1
         self._parts_done[subnet] = done
         if done == self.micro_batches:
-            heappush(self._urgent_u if self._critical and self._is_needed(subnet) else self._ready_u, subnet)
+            if self._gated and not self.speculative and subnet not in self._summed_early:
+                self._awaiting_sum.add(subnet)
+            else:
+                self._summed_early.discard(subnet)
+                self._update_ready(subnet)
+
+    def _update_ready(self, subnet: int) -> None:
+        heappush(self._urgent_u if self._critical and self._is_needed(subnet) else self._ready_u, subnet)
+
+    def reduced(self, subnet: int) -> None:
+        """(replicated stages) The replicas' ordered sum of ``subnet``'s part gradients is here: its update may run
+        once this stage's own parts are done (:mod:`naspipe.runtime.exchange`)."""
+        self.messages += 1
+        if subnet in self._awaiting_sum:
+            self._awaiting_sum.discard(subnet)
+            self._update_ready(subnet)
+        else:
+            self._summed_early.add(subnet)
 
     # -- decisions ----------------------------------------------------------
     def next_task(self) -> MicroTask | None:  # type: ignore[override]
