@@ -22,11 +22,13 @@ import torch
 from naspipe.config import Config, load_config
 from naspipe.determinism import make_deterministic
 from naspipe.runplan.job import Job, build_job
+from naspipe.runtime.launch import replica_zero
 from naspipe.runtime.outputs import write_outputs
 from naspipe.runtime.recorder import StageReport
 from naspipe.runtime.transport import Transport
 from naspipe.runtime.wire import Message, pack, unpack
 from naspipe.scheduling import PipelinePlan
+from naspipe.scheduling.replicas import ProcessGrid
 from tests.conftest import FixedStream
 
 CPU = torch.device("cpu")
@@ -37,13 +39,27 @@ SMALL = ("space.blocks=4", "space.candidates=2", "space.dim=16", "space.seq_len=
 
 
 class QueueTransport(Transport):
-    def __init__(self, rank: int, boxes: list[queue.Queue[Message]]) -> None:
+    """The gloo transport's links as queues: a stage's neighbours in its replica, and its stage's other replicas
+    (the chain up, the total from the last), each message packed to exact bytes and unpacked, as over gloo."""
+
+    def __init__(self, rank: int, boxes: list[queue.Queue[Message]], grid: ProcessGrid | None = None) -> None:
         self.rank, self.boxes = rank, boxes
+        self.grid = grid if grid is not None else ProcessGrid(len(boxes))
+        self.stage, self.replica = self.grid.place(rank)
 
     def send(self, dst: int, message: Message) -> None:
-        if abs(dst - self.rank) != 1:
-            raise ValueError(f"stage {self.rank} can only talk to its neighbours, not {dst}")
-        self.boxes[dst].put(unpack(pack(message, CPU)))  # exact bytes, as over gloo
+        if abs(dst - self.stage) != 1:
+            raise ValueError(f"stage {self.stage} can only talk to its neighbours, not {dst}")
+        self._put(self.grid.rank(dst, self.replica), message)
+
+    def send_replica(self, dst: int, message: Message) -> None:
+        last = self.grid.replicas - 1
+        if dst != self.replica + 1 and not (self.replica == last and dst != last):
+            raise ValueError(f"replica {self.replica} has no link to replica {dst}")
+        self._put(self.grid.rank(self.stage, dst), message)
+
+    def _put(self, rank: int, message: Message) -> None:
+        self.boxes[rank].put(unpack(pack(message, CPU)))  # exact bytes, as over gloo
 
     def receive(self, timeout: float | None) -> Message | None:
         try:
@@ -70,10 +86,12 @@ def run_job_threads(job: Job, out: Path, resume: Path | None = None) -> dict[str
     from naspipe.runtime.worker import StageWorker
 
     make_deterministic(job.config.threads, CPU)
-    stages = job.config.stages
+    grid = ProcessGrid(job.config.stages, job.config.replicas)
+    stages = grid.size  # threads: one per (stage, replica), in rank order
     boxes: list[queue.Queue[Message]] = [queue.Queue() for _ in range(stages)]
     barrier = threading.Barrier(stages)
-    workers = [StageWorker(job, k, QueueTransport(k, boxes), CPU, out, resume, barrier.wait) for k in range(stages)]
+    workers = [StageWorker(job, grid.place(k)[0], QueueTransport(k, boxes, grid), CPU, out, resume, barrier.wait,
+                           replica=grid.place(k)[1]) for k in range(stages)]
     reports: list[StageReport | None] = [None] * stages
     errors: list[BaseException] = []
 
@@ -94,7 +112,8 @@ def run_job_threads(job: Job, out: Path, resume: Path | None = None) -> dict[str
         t.join()
     if errors:
         raise errors[0]
-    return write_outputs(job, [r for r in reports if r is not None], out, time.perf_counter() - start, "cpu")
+    done = [r for r in reports if r is not None]
+    return write_outputs(job, replica_zero(done, grid), out, time.perf_counter() - start, "cpu")
 
 
 def with_stream(job: Job, stream: FixedStream) -> Job:

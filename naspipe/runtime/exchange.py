@@ -19,6 +19,12 @@ Per subnet, on one stage:
 - at the update (:meth:`GradientExchange.apply`) every replica puts the total's exact bytes in ``.grad``, so the
   replicas take the same step and keep identical parameters and optimizer state.
 
+Batch norms' running statistics move once per part, in part order (:class:`~naspipe.space.ops.common.BatchNorm`):
+a sequential fold, not a sum, and they change nothing a training forward computes. So replica ``r > 0`` defers its
+parts' steps (it keeps each part's input to the norm), and the statistics travel down the chain with the
+gradients: each replica replays its parts' steps on the statistics it received, and the total carries the final
+ones, which every replica takes at the update.
+
 A subnet is *reduced* on a replica once the total is there: the worker tells the policy
 (:meth:`MicroCSP.reduced <naspipe.scheduling.policies.micro.MicroCSP.reduced>`), whose update waits for it. On
 the last stage the parts' scaled losses travel with the gradients and are summed the same way, so the loss the
@@ -29,7 +35,9 @@ against ``2 (R - 1) / R`` of them for a ring all-reduce; the chain's R - 1 hops 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
@@ -37,9 +45,11 @@ import torch
 from naspipe.runtime.stash import ParamGrads, add_grads
 from naspipe.runtime.wire import Message
 from naspipe.scheduling.replicas import ReplicaLayout
+from naspipe.space.ops.common import BatchNorm
 
 PARTIAL, TOTAL = "G", "T"  # the message kinds: a partial sum up the chain, the total from the last replica
 Params = Callable[[int], list[torch.Tensor]]  # a subnet's trainable parameters on this stage, in a fixed order
+Norms = Callable[[int], list[BatchNorm]]  # the batch norms of a subnet's trainable layers here, in a fixed order
 SendReplica = Callable[[int, Message], None]
 
 
@@ -58,9 +68,10 @@ class GradientExchange:
     """One stage replica's side of the ordered sum (module docstring). ``params`` gives a subnet's trainable
     parameters here; ``send`` reaches another replica of the stage; ``with_loss``: the last stage."""
 
-    def __init__(self, layout: ReplicaLayout, replica: int, params: Params, send: SendReplica,
-                 with_loss: bool) -> None:
+    def __init__(self, layout: ReplicaLayout, replica: int, params: Params, norms: Norms, send: SendReplica,
+                 with_loss: bool, cast: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
         self.layout, self.replica, self.params, self.send, self.with_loss = layout, replica, params, send, with_loss
+        self.norms, self.cast = norms, cast
         self.first = replica == 0
         self.last = replica == layout.last
         self._sums: dict[int, _Sum] = {}
@@ -108,10 +119,15 @@ class GradientExchange:
         """The update: the total's bytes in ``.grad`` of the subnet's trainable parameters here."""
         entry = self._sums.pop(subnet)
         assert entry.total is not None, f"subnet {subnet}: its update ran before the replicas' sum arrived"
-        params = self.params(subnet)
-        grads = entry.total[: len(params)]
+        params, norms = self.params(subnet), self.norms(subnet)
+        grads, statistics = entry.total[: len(params)], entry.total[len(params):len(params) + 3 * len(norms)]
         for param, grad in zip(params, grads, strict=True):
             param.grad = grad
+        mine = [t for norm in norms for t in norm.statistics()]
+        with torch.no_grad():
+            for buffer, value in zip(mine, statistics, strict=True):
+                assert value is not None
+                buffer.copy_(value)
 
     # -- the chain ------------------------------------------------------------
     def _advance(self, subnet: int, entry: _Sum) -> None:
@@ -119,17 +135,24 @@ class GradientExchange:
         if not entry.done or (not self.first and entry.prefix is None):
             return
         before: torch.Tensor | None = None
+        norms = self.norms(subnet)
         if self.first:
             grads: ParamGrads = [p.grad for p in self.params(subnet)]
+            statistics = [t for norm in norms for t in norm.statistics()]
         else:
             assert entry.prefix is not None
             grads = list(entry.prefix)
             if self.with_loss:
                 before = grads.pop()
+            statistics = [t for t in grads[len(grads) - 3 * len(norms):] if t is not None]
+            del grads[len(grads) - 3 * len(norms):]
             for part in entry.parts:
                 grads = add_grads(grads, part)
+            with self.cast():  # the running statistics' steps of the own parts, on those of the parts before them
+                for i, norm in enumerate(norms):
+                    norm.replay(subnet, statistics[3 * i:3 * i + 3])
             entry.parts, entry.prefix = [], None
-        tensors = (*grads, _loss_sum(before, entry.losses)) if self.with_loss else tuple(grads)
+        tensors = (*grads, *statistics, *((_loss_sum(before, entry.losses),) if self.with_loss else ()))
         entry.losses = []
         if not self.last:
             self._send(self.replica + 1, Message(PARTIAL, subnet, tensors))

@@ -354,10 +354,10 @@ def _run_worker(place: Rank, job: Job, device: torch.device, work_dir: Path, che
     reports = _gather(report, place, control)
     if place.rank != 0:
         return None
-    return write_outputs(job, _replica_zero(reports, grid), work_dir, time.perf_counter() - start, str(device))
+    return write_outputs(job, replica_zero(reports, grid), work_dir, time.perf_counter() - start, str(device))
 
 
-def _replica_zero(reports: list[StageReport], grid: ProcessGrid) -> list[StageReport]:
+def replica_zero(reports: list[StageReport], grid: ProcessGrid) -> list[StageReport]:
     """Replica 0's reports (ranks 0 .. D-1), which the outputs are written from, once every other replica of each
     stage is found to hold the same layer digests: replicas that drifted apart are a bug, never a result."""
     for rank in range(grid.stages, grid.size):

@@ -46,6 +46,7 @@ from naspipe.runtime.wire import Message
 from naspipe.scheduling import make_policy
 from naspipe.scheduling.replicas import ReplicaLayout
 from naspipe.scheduling.task import FORWARD, UPDATE, AnyTask
+from naspipe.space.ops.common import BatchNorm, running_statistics
 from naspipe.scheduling.windows import SharedWindow
 
 
@@ -160,8 +161,16 @@ class StageWorker:
         def params(subnet: int) -> list[torch.Tensor]:
             return [p for lid in plan.trainable_layers(subnet, stage) for p in trainable_parameters(layers[lid])]
 
+        def norms(subnet: int) -> list[BatchNorm]:
+            return [n for lid in plan.trainable_layers(subnet, stage) for n in running_statistics(layers[lid])]
+
+        if self.replica:  # its parts' running-statistics steps wait for the replicas before it (GradientExchange)
+            for module in layers.values():
+                for norm in running_statistics(module):
+                    norm.deferred = []
         layout = ReplicaLayout(config.micro_batches, config.replicas)
-        return GradientExchange(layout, self.replica, params, self.transport.send_replica, with_loss=self.is_last)
+        return GradientExchange(layout, self.replica, params, norms, self.transport.send_replica,
+                                with_loss=self.is_last, cast=layer_precision(config.precision, self.device))
 
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""

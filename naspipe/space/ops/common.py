@@ -60,15 +60,45 @@ class BatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(channels))
         self.register_buffer("running_var", torch.ones(channels))
         self.register_buffer("num_batches_tracked", torch.zeros((), dtype=torch.long))
+        # (a replica of a replicated stage) parts' inputs whose running-statistics steps wait for the statistics
+        # of the parts before them, which another replica computes: (subnet, input), in part order
+        self.deferred: list[tuple[int, torch.Tensor]] | None = None
 
     def forward(self, x: torch.Tensor, ctx: LayerContext) -> torch.Tensor:
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
         if not ctx.recompute:
-            with torch.no_grad():
-                F.batch_norm(x.detach(), self.running_mean, self.running_var, None, None, True, self.momentum, self.eps)
-                self.num_batches_tracked.add_(1)
+            if self.deferred is not None:
+                self.deferred.append((ctx.subnet, x.detach()))
+            else:
+                self._step(x.detach(), self.running_mean, self.running_var, self.num_batches_tracked)
         return F.batch_norm(x, None, None, self.weight, self.bias, True, 0.0, self.eps)
+
+    def _step(self, x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, tracked: torch.Tensor) -> None:
+        """One part's running-statistics step, on the given statistics (the module's own, or a replica's copy)."""
+        with torch.no_grad():
+            F.batch_norm(x, mean, var, None, None, True, self.momentum, self.eps)
+            tracked.add_(1)
+
+    def replay(self, subnet: int, statistics: list[torch.Tensor]) -> None:
+        """The deferred steps of ``subnet``'s parts, in part order, on ``statistics`` (running mean, running var,
+        batches tracked: the state after the parts before them), which they update in place; they are dropped."""
+        if self.deferred is None:
+            raise RuntimeError("replay without deferred running statistics")
+        mean, var, tracked = statistics
+        for y, x in self.deferred:
+            if y == subnet:
+                self._step(x, mean, var, tracked)
+        self.deferred = [(y, x) for y, x in self.deferred if y != subnet]
+
+    def statistics(self) -> list[torch.Tensor]:
+        """The running statistics, in the order :meth:`replay` takes them."""
+        return [self.running_mean, self.running_var, self.num_batches_tracked]
+
+
+def running_statistics(module: nn.Module) -> list[BatchNorm]:
+    """The batch norms inside ``module`` (in module order): what a forward changes besides the output."""
+    return [m for m in module.modules() if isinstance(m, BatchNorm)]
 
 
 def label_smoothed_cross_entropy(
