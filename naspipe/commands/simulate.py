@@ -23,10 +23,11 @@ from typing import Any
 from naspipe.config import Config, add_run_arguments, config_from_args, describe_keys
 from naspipe.errors import UsageError
 from naspipe.fsutil import atomic_write, atomic_write_json
-from naspipe.sim.batch import choose_batch
+from naspipe.sim.batch import BatchChoice, choose_batch
 from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
+from naspipe.sim.layouts import choose_layout
 from naspipe.sim.run import simulate_run
-from naspipe.sim.setup import TRACE_EVENTS, build_setup, default_trace_subnets, make_costs
+from naspipe.sim.setup import TRACE_EVENTS, SimSetup, build_setup, default_trace_subnets, make_costs
 
 __all__ = ["add_parser", "build_setup", "default_trace_subnets", "make_costs", "run", "simulate_to", "trace_about"]
 
@@ -55,6 +56,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argp
                    "this system fits on the hardware, paper Table 2), 'best' (the batch, recompute and cache "
                    "setting with the highest simulated throughput that fits; metrics.json's batch_search says "
                    "which), or a number (default config)")
+    p.add_argument("--gpus", type=int, default=None, metavar="G",
+                   help="use G GPUs in the best layout: every stages x replicas = G the run allows is simulated "
+                   "with these settings and the fastest that fits is kept (metrics.json's layout_search says "
+                   "which and what each gave); --stages and --replicas are then chosen, not given")
     p.add_argument("--partition-by", choices=["config", "costs"], default="config",
                    help="'config': partition as 'naspipe train' would (partition_costs, partition_file); 'costs': "
                    "by the simulated layers' compute, as a profile on that hardware would (default config)")
@@ -73,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
     batch = _batch(args.batch)
     if args.trace_subnets is not None and args.trace_subnets < 0:
         raise UsageError(f"--trace-subnets {args.trace_subnets}: must be >= 0")
+    if args.gpus is not None and (args.stages is not None or args.replicas is not None):
+        raise UsageError("--gpus chooses the stages and replicas: give --gpus or --stages/--replicas, not both")
     metrics = simulate_to(config, hardware, args.costs, args.out, args.overwrite, batch, args.partition_by,
-                          args.trace_subnets)
-    keys: tuple[str, ...] = ("system", "stages", "subnets", "throughput_samples_s", "bubble_ratio", "efficiency",
-                             "max_batch")
+                          args.trace_subnets, args.gpus)
+    keys: tuple[str, ...] = ("system", "stages", *(("replicas",) if "replicas" in metrics else ()), "subnets",
+                             "throughput_samples_s", "bubble_ratio", "efficiency", "max_batch")
     if batch == "best":  # what the search chose
         keys += ("batch_size", "recompute_effective", "cache_enabled")
     print(json.dumps({k: metrics[k] for k in keys}))
@@ -96,7 +103,7 @@ def _batch(text: str) -> int | str:
 
 def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, overwrite: bool,
                 batch: int | str = "config", partition_by: str = "config",
-                trace_subnets: int | None = None) -> dict[str, Any]:
+                trace_subnets: int | None = None, gpus: int | None = None) -> dict[str, Any]:
     """Check everything, simulate, then write and publish ``out``; returns the metrics.
     ``batch``: 'config', 'max', a number, or 'best' (the search of :mod:`naspipe.sim.batch` picks the batch,
     recompute and cache; metrics.json's ``batch_search`` records it); ``batch_mode`` says which was asked.
@@ -106,11 +113,16 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     from naspipe.runplan import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
-    search = choose_batch(config, hardware, costs_spec, partition_by) if batch == "best" else None
-    if search is not None:
-        setup = search.setup
-    else:
-        setup = replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch)
+    layout = None
+    if gpus is not None:
+        positions = build_setup(config, hardware, costs_spec, partition_by).plan.structure.num_positions
+
+        def sample(candidate: Config) -> dict[str, Any]:
+            return simulate_run(_setup(candidate, hardware, costs_spec, partition_by, batch)[0])[0]
+
+        layout = choose_layout(config, gpus, positions, sample)
+        config = layout.config
+    setup, search = _setup(config, hardware, costs_spec, partition_by, batch)
     if trace_subnets is not None:
         setup = replace(setup, trace_subnets=trace_subnets)
     with admission_bar(config.progress, setup.subnets) as on_admit:
@@ -118,6 +130,8 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     metrics["batch_mode"] = batch if isinstance(batch, str) else "fixed"
     if search is not None:
         metrics["batch_search"] = search.record
+    if layout is not None:
+        metrics["layout_search"] = layout.record
     metrics["config"] = {**config.to_dict(), "hardware": hardware.name, "costs": costs_spec, "batch": batch,
                          "partition_by": partition_by}
     if run_dir.work.exists():
@@ -128,6 +142,17 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     atomic_write(run_dir.work / "trace.json", lambda f: _write_trace(trace, f, about))
     rundir.publish(run_dir)
     return metrics
+
+
+def _setup(config: Config, hardware: Hardware, costs_spec: str, partition_by: str,
+           batch: int | str) -> tuple[SimSetup, BatchChoice | None]:
+    """The run's setup at the batch asked for ('best': the batch search's choice, which it returns too)."""
+    from dataclasses import replace
+
+    if batch == "best":
+        search = choose_batch(config, hardware, costs_spec, partition_by)
+        return search.setup, search
+    return replace(build_setup(config, hardware, costs_spec, partition_by), batch=batch), None
 
 
 @contextmanager

@@ -44,6 +44,8 @@ def add_run_arguments(p: argparse.ArgumentParser, steps_help: str) -> None:
                    f"otherwise), sequential-mb (its reference), gpipe-mb and vpipe-mb (the bulk-synchronous baselines "
                    f"with the same parts), {', '.join(POLICY_NAMES)}")
     p.add_argument("--stages", type=int, help="pipeline stages D")
+    p.add_argument("--replicas", type=int, help="processes per stage R (csp; must divide micro_batches): the run uses "
+                   "D x R processes and equals sequential with the same micro_batches; sets replicas")
     p.add_argument("--steps", type=int, help=steps_help)
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -54,6 +56,7 @@ def config_from_args(args: argparse.Namespace, **flags: Any) -> Config:
     """The config of :func:`add_run_arguments`' flags plus a command's own ``flags`` (dotted keys); each
     ``--set`` key given once (:func:`~naspipe.config.loading.refuse_repeated_keys`)."""
     refuse_repeated_keys(args.overrides)
-    explicit = {"space.name": args.space, "system": args.system, "stages": args.stages, "steps": args.steps,
+    explicit = {"space.name": args.space, "system": args.system, "stages": args.stages, "replicas": args.replicas,
+                "steps": args.steps,
                 "seed": args.seed, **flags}
     return load_config(args.config, args.overrides, explicit)

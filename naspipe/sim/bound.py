@@ -33,6 +33,7 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import POLICIES, PolicyOptions
 from naspipe.scheduling.windows import SharedWindow
 from naspipe.sim.costs import CostModel
+from naspipe.sim.exchange import ReplicaExchange
 from naspipe.sim.tables import BLOCK, BLOCK_MASK, BlockArrays, CostTable, PartBlock, PartTable
 
 CAUSAL_SYSTEMS = frozenset(systems.with_capability("causal"))
@@ -184,8 +185,10 @@ def micro_longest_path(plan: PipelinePlan, system: str, num_subnets: int, costs:
     backward after its gradient arrives (the last stage: after its own forward) and after part
     ``j - 1``'s backward there (gradients are summed in part order); a weight task after its
     backward and the previous part's weight task; the update after the last part's. Other subnets'
-    tasks on the same stage are left out, as the subnet-level bound leaves them out."""
+    tasks on the same stage are left out, as the subnet-level bound leaves them out. With replicated stages the
+    simulated replica runs ``m / R`` of the parts and its updates wait for the replicas' exchange too."""
     table = PartTable(plan, costs, recompute, options.micro_batches, options.split_backward, keep=1)
+    exchange = ReplicaExchange(plan, costs, options.replicas, options.parts_here) if options.replicas > 1 else None
     writes = _LayerWrites(plan) if system in CAUSAL_SYSTEMS else None
     if writes is not None and plan.windowed:
         writes.window = _WindowEdges(plan, options.shared_window)
@@ -198,18 +201,24 @@ def micro_longest_path(plan: PipelinePlan, system: str, num_subnets: int, costs:
         for row in range(min(BLOCK, num_subnets - first)):
             y = first + row
             ready = writes.ready(row, y) if writes is not None else [0.0] * d
-            done = _subnet_chain(block, row, d, table.parts, ready, options.split_backward)
+            summed = [exchange.cost(y, k)[0] for k in range(d)] if exchange is not None else None
+            done = _subnet_chain(block, row, d, (table.parts, options.parts_here), ready, options.split_backward,
+                                 summed)
             longest = max(longest, *done)
             if writes is not None:
                 writes.record(row, y, done)
     return longest
 
 
-def _subnet_chain(c: PartBlock, row: int, d: int, parts: int, ready: list[float], split: bool) -> list[float]:
-    """When each stage's update of the block's subnet ``row`` ends, with unlimited overlap between subnets."""
+def _subnet_chain(c: PartBlock, row: int, d: int, counts: tuple[int, int], ready: list[float], split: bool,
+                  summed: list[float] | None = None) -> list[float]:
+    """When each stage's update of the block's subnet ``row`` ends, with unlimited overlap between subnets.
+    ``counts``: the table's parts per task row, and the parts a stage (replica) runs; ``summed``: each stage's
+    replicas' exchange before its update."""
+    stride, parts = counts
     arrive = [0.0] * parts
     for k in range(d):
-        base = (row * d + k) * parts
+        base = (row * d + k) * stride
         t = ready[k]
         ends = []
         for j in range(parts):
@@ -218,7 +227,7 @@ def _subnet_chain(c: PartBlock, row: int, d: int, parts: int, ready: list[float]
         arrive = [end + c.msg_s[base + j] for j, end in enumerate(ends)] if k < d - 1 else ends
     done = [0.0] * d
     for k in range(d - 1, -1, -1):
-        base = (row * d + k) * parts
+        base = (row * d + k) * stride
         t = w = 0.0
         ends = []
         for j in range(parts):
@@ -226,9 +235,9 @@ def _subnet_chain(c: PartBlock, row: int, d: int, parts: int, ready: list[float]
             ends.append(t)
             if split:
                 w = max(w, t) + c.weight[base + j]
-        done[k] = (w if split else t) + c.update[row * d + k]
+        done[k] = (w if split else t) + (summed[k] if summed is not None else 0.0) + c.update[row * d + k]
         if k:
-            before = base - parts  # stage k - 1's messages
+            before = base - stride  # stage k - 1's messages
             arrive = [end + c.msg_s[before + j] for j, end in enumerate(ends)]
     return done
 

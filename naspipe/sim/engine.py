@@ -68,12 +68,13 @@ from naspipe.scheduling.plan import PipelinePlan
 from naspipe.scheduling.policies import PolicyOptions, StagePolicy, make_policy
 from naspipe.scheduling.task import Kind, MicroTask, Task
 from naspipe.sim.costs import CostModel
+from naspipe.sim.exchange import ReplicaExchange
 from naspipe.sim.layout import SubnetLayers
 from naspipe.sim.residency import Residency, Resident, SynchronousSwap
 from naspipe.sim.tables import BLOCK_MASK, BLOCK_SHIFT, CostBlock, CostTable, PartBlock, PartTable
 
 CATEGORIES = ("forward", "recompute", "backward", "optimizer", "waiting")
-_DONE, _ARRIVE_F, _ARRIVE_B, _SEND, _ARRIVE_M = 0, 1, 2, 3, 4
+_DONE, _ARRIVE_F, _ARRIVE_B, _SEND, _ARRIVE_M, _REDUCED = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -133,6 +134,8 @@ def simulate(
     parts = (options.micro_batches, options.split_backward) if options.micro_batched else None
     engine = _Engine(plan, policies, num_subnets, costs, recompute, copies, record_order, trace_max_events,
                      trace_window(num_subnets, trace_subnets), on_admit, parts)
+    if options.replicas > 1:
+        engine.exchange = ReplicaExchange(plan, costs, options.replicas, options.parts_here)
     with _collector_paused():
         return engine.run()
 
@@ -211,6 +214,7 @@ class _Engine:
         self.computing_until = [0.0] * d  # when each stage's current compute (not its send) ends
         self.running: list[Task | None] = [None] * d  # each stage's task, through its send (run and _blocking_send)
         self.now = 0.0
+        self.exchange: ReplicaExchange | None = None  # replicated stages: the replicas' sum, priced per subnet
 
     def run(self) -> SimResult:  # noqa: C901, PLR0912, PLR0915 - one flat loop on purpose: ~19 M tasks at scale
         policies, n, d = self.policies, self.n, len(self.policies)
@@ -269,6 +273,7 @@ class _Engine:
         fused, fused_task = -1, None
         task: Any  # a Task, or a MicroTask with parts
         check_admission = True  # stage 0's state changed since may_admit last said no
+        replicated = self.exchange is not None
         while True:
             if check_admission:
                 check_admission = False
@@ -491,6 +496,11 @@ class _Engine:
                         check_admission = True
                 else:
                     ask = (k,)
+                if replicated and policies[k].newly_awaiting:  # type: ignore[attr-defined]
+                    if stale:
+                        pop(events)
+                        stale = False
+                    order = self._exchange(k, now, order, events)
             elif what == arrive_forward:
                 if parts:
                     forward_arrived[k](*divmod(y, m))
@@ -515,6 +525,9 @@ class _Engine:
                 order += 1
                 push(events, (sent + gap, order, done, k, y))
                 ask = (k,)
+            elif what == _REDUCED:
+                policies[k].reduced(y)  # type: ignore[attr-defined]
+                ask = (k,)
             else:
                 self._mirror_arrived(k, in_flight.pop(y))
                 ask = (k,)
@@ -533,6 +546,18 @@ class _Engine:
                 stats[k].misses += uses[k]
                 stats[k].in_bytes, stats[k].out_bytes, stats[k].wait_s = swap_in[k], swap_out[k], swap_wait[k]
         return SimResult(self.results, copies, n)
+
+    def _exchange(self, k: int, now: float, order: int, events: list[tuple[float, int, int, int, int]]) -> int:
+        """Stage ``k``'s subnets whose own parts are done: each one's sum arrives after the replicas' exchange."""
+        assert self.exchange is not None
+        policy = self.policies[k]
+        for subnet in policy.newly_awaiting:  # type: ignore[attr-defined]
+            seconds, nbytes = self.exchange.cost(subnet, k)
+            self.sent_bytes[k] += nbytes
+            order += 1
+            heapq.heappush(events, (now + seconds, order, _REDUCED, k, subnet))
+        policy.newly_awaiting.clear()  # type: ignore[attr-defined]
+        return order
 
     def _hold(self, held: list[Any], index: int) -> CostBlock | PartBlock:
         """Block ``index`` of the cost table, into ``held`` (the loop's list of the blocks the table keeps: a

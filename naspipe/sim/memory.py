@@ -194,7 +194,7 @@ def live_parts(options: PolicyOptions) -> float:
     runs one before more wait). The last stage keeps a part's activations from its forward to its backward,
     which follows at once: no more than that."""
     m = options.micro_batches
-    return (1 + m) / m if options.split_backward else 1 / m
+    return (1 + options.parts_here) / m if options.split_backward else 1 / m  # a replica runs m / R of the parts
 
 
 def _gradients(system: str, flight: int, h: StageHolding) -> float:

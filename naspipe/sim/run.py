@@ -205,8 +205,9 @@ def _schedule(options: PolicyOptions) -> dict[str, Any]:
     """A micro-batched schedule's settings (none for the paper's schedule, whose metrics stay as they were)."""
     if not options.micro_batched:
         return {}
+    replicas = {"replicas": options.replicas} if options.replicas > 1 else {}
     return {"micro_batches": options.micro_batches, "split_backward": options.split_backward,
-            "priority": options.priority}
+            "priority": options.priority, **replicas}
 
 
 def _trace(setup: SimSetup, result: SimResult) -> list[dict[str, object]]:

@@ -72,6 +72,7 @@ class MicroCSP(CSP):
         self._gated = options.replicas > 1
         self._awaiting_sum: set[int] = set()  # own parts done, the replicas' sum not here yet
         self._summed_early: set[int] = set()  # the sum came first (cannot happen in the runtime; kept exact anyway)
+        self.newly_awaiting: list[int] = []  # subnets that began awaiting the sum (the simulator prices the exchange)
         self.split = options.split_backward
         self._critical = options.priority == "critical"
         self._plain = False  # registration through _on_register (CSP's inlined path is its own forward_arrived)
@@ -105,7 +106,7 @@ class MicroCSP(CSP):
         other._urgent_w, other._idle_w, other._urgent_u = list(self._urgent_w), list(self._idle_w), list(self._urgent_u)
         other._parts_done = dict(self._parts_done)
         other._awaiting_parts = dict(self._awaiting_parts)
-        other._awaiting_sum, other._summed_early = set(), set(self._summed_early)
+        other._awaiting_sum, other._summed_early, other.newly_awaiting = set(), set(self._summed_early), []
         for subnet in sorted(self._awaiting_sum):  # a copy runs ahead as if every sum came at once (sends nothing)
             other._update_ready(subnet)
         return other
@@ -211,6 +212,7 @@ class MicroCSP(CSP):
         if done == self.micro_batches:
             if self._gated and not self.speculative and subnet not in self._summed_early:
                 self._awaiting_sum.add(subnet)
+                self.newly_awaiting.append(subnet)
             else:
                 self._summed_early.discard(subnet)
                 self._update_ready(subnet)
