@@ -140,6 +140,11 @@ class _Driver:
         policy = self.stages[k]
         policy.completed(task)  # type: ignore[arg-type]  # a micro-batched policy takes its MicroTask
         self._deliver(policy)
+        awaiting = getattr(policy, "newly_awaiting", None)
+        if awaiting:  # replicated stages: the replicas' sum arrives at once (an exchange time is the simulator's)
+            for subnet in awaiting:
+                policy.reduced(subnet)  # type: ignore[attr-defined]
+            awaiting.clear()
         last = len(self.stages) - 1
         micro = task[3:]  # a MicroTask's part, passed on with its messages; () for a Task
         if task.kind is Kind.FORWARD:
