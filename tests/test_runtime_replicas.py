@@ -35,6 +35,17 @@ def test_every_layout_equals_sequential_with_the_same_parts(space: str, adam: bo
         assert same(result, reference), (space, adam, stages, replicas, extra)
 
 
+@pytest.mark.parametrize("space", ["nlp.tiny", "cv.tiny"])
+def test_windowed_shared_layers_take_the_replicas_sum(space: str) -> None:
+    """The default config's shared layers: updated once per window from the subnets' gradients in subnet order, each
+    subnet's summed over its parts in part order, across the replicas too."""
+    settings = ("micro_batches=4", "split_backward=true", *ADAM, "shared_policy=windowed", "shared_window=4")
+    reference = run("sequential", 1, space, *settings, steps=6)
+    for stages, replicas in ((1, 2), (2, 2), (2, 4)):
+        result = run("csp", stages, space, *settings, f"replicas={replicas}", steps=6)
+        assert same(result, reference), (space, stages, replicas)
+
+
 def test_replicas_without_a_split_and_with_one_part_each() -> None:
     """m = R: each replica runs one part (the policy's own count is 1, its update still waits for the sum)."""
     reference = run("sequential", 1, "toy", "micro_batches=4", *ADAM)
@@ -64,7 +75,6 @@ def test_replicas_that_drift_apart_are_an_error_not_a_result() -> None:
 @pytest.mark.parametrize(("settings", "why"), [
     (("replicas=3", "micro_batches=4"), "must divide micro_batches"),
     (("replicas=2", "micro_batches=2", "system=gpipe"), "needs system csp"),
-    (("replicas=2", "micro_batches=2", "shared_policy=windowed"), "windowed"),
     (("replicas=0",), "must be >= 1"),
 ])
 def test_bad_layouts_are_one_line(tmp_path: Path, settings: tuple[str, ...], why: str) -> None:

@@ -71,8 +71,6 @@ def _check_ranges(config: Config) -> None:
          f"> 1 needs system {' or '.join(REPLICA_SYSTEMS)} (its update waits for the replicas' ordered sum)"),
         ("replicas", config.micro_batches % max(config.replicas, 1) == 0,
          f"must divide micro_batches ({config.micro_batches}): each replica runs the same number of parts"),
-        ("replicas", config.replicas == 1 or config.shared_policy != "windowed",
-         "> 1 cannot run shared_policy=windowed (the window's sums are not exchanged between replicas)"),
         ("split_backward", not config.split_backward or config.system in MICRO_SYSTEMS,
          f"needs system {' or '.join(MICRO_SYSTEMS)}"),
         ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0"),

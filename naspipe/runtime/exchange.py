@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from naspipe.runtime.stash import ParamGrads, add_grads
+from naspipe.runtime.stash import GradientSums, ParamGrads, add_grads
 from naspipe.runtime.wire import Message
 from naspipe.scheduling.replicas import ReplicaLayout
 from naspipe.space.ops.common import BatchNorm
@@ -50,6 +50,7 @@ from naspipe.space.ops.common import BatchNorm
 PARTIAL, TOTAL = "G", "T"  # the message kinds: a partial sum up the chain, the total from the last replica
 Params = Callable[[int], list[torch.Tensor]]  # a subnet's trainable parameters on this stage, in a fixed order
 Norms = Callable[[int], list[BatchNorm]]  # the batch norms of a subnet's trainable layers here, in a fixed order
+Windowed = Callable[[int], list[tuple[int, int]]]  # a subnet's windowed shared layers here: (layer, tensors), in order
 SendReplica = Callable[[int, Message], None]
 
 
@@ -57,7 +58,7 @@ SendReplica = Callable[[int, Message], None]
 class _Sum:
     """One subnet's state here: own parts (replica > 0: their gradients, kept apart), the prefix, the total."""
 
-    parts: list[ParamGrads] = field(default_factory=list)
+    parts: list[ParamGrads] = field(default_factory=list)  # each part's: parameters', then windowed layers'
     losses: list[torch.Tensor] = field(default_factory=list)
     done: bool = False  # every own part's gradients are in
     prefix: tuple[torch.Tensor | None, ...] | None = None  # replica r - 1's partial sum (and loss)
@@ -69,9 +70,12 @@ class GradientExchange:
     parameters here; ``send`` reaches another replica of the stage; ``with_loss``: the last stage."""
 
     def __init__(self, layout: ReplicaLayout, replica: int, params: Params, norms: Norms, send: SendReplica,
-                 with_loss: bool, cast: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+                 with_loss: bool, cast: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+                 windowed: Windowed = lambda subnet: [], window_sums: GradientSums | None = None) -> None:
         self.layout, self.replica, self.params, self.send, self.with_loss = layout, replica, params, send, with_loss
         self.norms, self.cast = norms, cast
+        # windowed shared layers: their part gradients wait in the executor's window sums (not in ``.grad``)
+        self.windowed, self.window_sums = windowed, window_sums if window_sums is not None else GradientSums()
         self.first = replica == 0
         self.last = replica == layout.last
         self._sums: dict[int, _Sum] = {}
@@ -89,7 +93,7 @@ class GradientExchange:
         entry = self._sums.setdefault(subnet, _Sum())
         if not self.first:  # kept apart: they are added onto the prefix, which has not arrived yet
             params = self.params(subnet)
-            entry.parts.append([p.grad for p in params])
+            entry.parts.append([p.grad for p in params] + self._window_grads(subnet, self.window_sums.pop(subnet)))
             for p in params:
                 p.grad = None
         if last_own:
@@ -119,10 +123,17 @@ class GradientExchange:
         """The update: the total's bytes in ``.grad`` of the subnet's trainable parameters here."""
         entry = self._sums.pop(subnet)
         assert entry.total is not None, f"subnet {subnet}: its update ran before the replicas' sum arrived"
-        params, norms = self.params(subnet), self.norms(subnet)
-        grads, statistics = entry.total[: len(params)], entry.total[len(params):len(params) + 3 * len(norms)]
+        params, norms, windowed = self.params(subnet), self.norms(subnet), self.windowed(subnet)
+        n, w = len(params), sum(count for _, count in windowed)
+        grads, statistics = entry.total[:n], entry.total[n + w:n + w + 3 * len(norms)]
         for param, grad in zip(params, grads, strict=True):
             param.grad = grad
+        if windowed:  # the window's sum takes the replicas' total at the update (SharedWindows.accumulate)
+            sums, at = {}, n
+            for layer, count in windowed:
+                sums[layer] = list(entry.total[at:at + count])
+                at += count
+            self.window_sums.put(subnet, sums)
         mine = [t for norm in norms for t in norm.statistics()]
         with torch.no_grad():
             for buffer, value in zip(mine, statistics, strict=True):
@@ -138,6 +149,7 @@ class GradientExchange:
         norms = self.norms(subnet)
         if self.first:
             grads: ParamGrads = [p.grad for p in self.params(subnet)]
+            grads += self._window_grads(subnet, self.window_sums.get(subnet))
             statistics = [t for norm in norms for t in norm.statistics()]
         else:
             assert entry.prefix is not None
@@ -160,6 +172,14 @@ class GradientExchange:
         for other in range(self.layout.replicas - 1):
             self._send(other, Message(TOTAL, subnet, tensors))
         self._reduce(subnet, entry, tensors)
+
+    def _window_grads(self, subnet: int, sums: dict[int, ParamGrads]) -> ParamGrads:
+        """The windowed layers' gradients of ``sums`` (one part's, or replica 0's parts' sum), flat, in order."""
+        flat: ParamGrads = []
+        for layer, count in self.windowed(subnet):
+            grads = sums.get(layer)
+            flat += grads if grads is not None else [None] * count
+        return flat
 
     def _reduce(self, subnet: int, entry: _Sum, total: tuple[torch.Tensor | None, ...]) -> None:
         entry.total = total

@@ -115,7 +115,7 @@ class StageExecutor:
         self.stash_gradients, self.stash_weights, self.windows = stash_gradients, stash_weights, windows
         self.batches = PartBatches(batch_of, parts, read_in_backward=is_last and recompute, uses=parts_here)
         self.stash = GradientSums()  # the gradient stash: subnet -> layer -> its parts' gradients
-        self._window_sums = GradientSums()  # windowed shared layers' gradients, until the subnet's update
+        self.window_sums = GradientSums()  # windowed shared layers' gradients, until the subnet's update (summed in part order)
         self._inputs: dict[Part, State] = {}  # recomputation: each part's stage input, until its backward
         self._graphs: dict[Part, list[_Unit]] = {}  # no recomputation: the forward's graph; split: B's, until W
         self.last_recompute_s = 0.0  # time the last backward spent re-running the forward
@@ -173,7 +173,7 @@ class StageExecutor:
                 self.optimizers.step(layer)
             return
         stashed = self.stash.pop(subnet) if subnet is not None else {}
-        windowed = self._window_sums.pop(subnet) if subnet is not None else {}
+        windowed = self.window_sums.pop(subnet) if subnet is not None else {}
         for layer in layer_ids:
             if self.windows is not None and layer in self.windows:
                 if subnet is None or layer not in windowed:
@@ -202,7 +202,7 @@ class StageExecutor:
                 weights = unit.weights.get(layer)
                 if windows is not None and layer in windows:
                     if weights is not None:
-                        self._window_sums.add(subnet, layer, [w.grad for w in weights.values()])
+                        self.window_sums.add(subnet, layer, [w.grad for w in weights.values()])
                 elif self.stash_gradients:
                     self._stash_layer(subnet, layer, weights)
 

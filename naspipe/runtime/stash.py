@@ -34,6 +34,10 @@ class GradientSums:
         """``subnet``'s sums so far, by layer (empty when none)."""
         return self._sums.get(subnet, {})
 
+    def put(self, subnet: int, sums: dict[int, ParamGrads]) -> None:
+        """Replace ``subnet``'s sums (a replicated stage: the replicas' total, at the update)."""
+        self._sums[subnet] = sums
+
     def pop(self, subnet: int) -> dict[int, ParamGrads]:
         """``subnet``'s sums, handed to its update."""
         return self._sums.pop(subnet, {})

@@ -88,7 +88,7 @@ class StageWorker:
         logs = StageLogs(logs_dir, stage, sorted(self.layers), self.is_last, config.trace_max_events)
         self.recorder = Recorder(stage, logs)
         self.residency = Residency(job, stage, self.policy, executor, self.recorder, self.context, self.swapper, end)
-        self.exchange = self._make_exchange()
+        self.exchange = self._make_exchange(executor)
         parts_here = job.policy_options.parts_here
         self.tasks = StageTasks(job, stage, device, executor, self.residency, self.recorder, self._send, progress,
                                 self.exchange, first_part=replica * parts_here)
@@ -151,7 +151,7 @@ class StageWorker:
                              stash_gradients=policy.stash_gradients, stash_weights=policy.stash_weights,
                              windows=self.windows, precision=layer_precision(config.precision, self.device))
 
-    def _make_exchange(self) -> GradientExchange | None:
+    def _make_exchange(self, executor: StageExecutor) -> GradientExchange | None:
         """Replicated stages: this replica's side of the ordered sum of each subnet's gradients (and losses)."""
         config = self.job.config
         if config.replicas == 1:
@@ -168,9 +168,17 @@ class StageWorker:
             for module in layers.values():
                 for norm in running_statistics(module):
                     norm.deferred = []
+        windows = self.windows
+
+        def windowed(subnet: int) -> list[tuple[int, int]]:
+            if windows is None:
+                return []
+            return [(lid, len(windows.names(lid))) for lid in plan.stage_layers(subnet, stage) if lid in windows]
+
         layout = ReplicaLayout(config.micro_batches, config.replicas)
         return GradientExchange(layout, self.replica, params, norms, self.transport.send_replica,
-                                with_loss=self.is_last, cast=layer_precision(config.precision, self.device))
+                                with_loss=self.is_last, cast=layer_precision(config.precision, self.device),
+                                windowed=windowed, window_sums=executor.window_sums)
 
     def _make_context(self) -> ContextManager:
         """The device cache, its budget by the run plan's rule (:func:`naspipe.runplan.rules.cache_budget`)."""
