@@ -85,14 +85,28 @@ def check_micro(config: dict[str, Any]) -> None:
     for key, used, block in (("micro", trained, micro(config)), ("simulate.micro", simulated, micro(config, True))):
         if used and int(block["micro_batches"]) == 1 and not block["split_backward"]:
             raise ConfigError(key, "micro_batches 1 without split_backward is csp's own schedule: list csp, not csp-mb")
+    parts = int(micro(config)["micro_batches"])
+    check_layouts(config, parts)
     if not trained:
         return
-    parts = int(micro(config)["micro_batches"])
     for name, space in config["spaces"].items():
         batch = make_shape(name, (space or {}).get("options") or {}).options.get("batch_size")
         if isinstance(batch, int) and parts > batch:
             raise ConfigError("micro.micro_batches", f"{parts} exceeds space {name}'s batch_size {batch}: each part "
                               "needs at least one sample")
+
+
+def check_layouts(config: dict[str, Any], parts: int) -> None:
+    """The ``layouts`` csp-mb trains at: csp-mb trained, and each layout's replicas dividing its parts."""
+    from naspipe.plan.jobs import REPLICATED_SYSTEMS, layouts
+
+    found = layouts(config)
+    if found and not set(REPLICATED_SYSTEMS) & set(config["systems"]):
+        raise ConfigError("layouts", f"replicated layouts train {' or '.join(REPLICATED_SYSTEMS)}: list it in systems")
+    for stages, replicas in found:
+        if parts % replicas:
+            raise ConfigError("layouts", f"{stages}x{replicas}: {replicas} replicas must divide micro.micro_batches "
+                              f"({parts}), each replica running the same number of parts")
 
 
 def check_duplicate_keys(config_files: Iterable[str | Path]) -> None:

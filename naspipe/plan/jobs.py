@@ -35,14 +35,37 @@ class TrainJob:
     out: str  # its run directory
     sets: tuple[str, ...]  # `--set` pairs beyond the space's data and the partition file
     steps: int  # `--steps`: the config's `steps`, or `ablation.steps` for an ablation run
+    replicas: int = 1  # processes per stage (a replicated layout: its ``sets`` say so too)
 
     @property
     def name(self) -> str:
         return self.out.removeprefix(paths.results() + "/")
 
+    @property
+    def processes(self) -> int:
+        """Processes (GPUs) the run uses: D x R."""
+        return self.stages * self.replicas
 
-def run_dir(space: str, system: str, stages: int, seed: int) -> str:
+
+def run_dir(space: str, system: str, stages: int, seed: int, replicas: int = 1) -> str:
+    if replicas > 1:
+        return paths.path("replicated_run", space=space, system=system, stages=stages, replicas=replicas, seed=seed)
     return paths.path("run", space=space, system=system, stages=stages, seed=seed)
+
+
+REPLICATED_SYSTEMS = ("csp-mb",)  # the systems the config's ``layouts`` train (csp's micro-batched schedule)
+
+
+def layouts(config: dict[str, Any]) -> list[tuple[int, int]]:
+    """The config's replicated layouts as ``(stages, replicas)``, in the config's order."""
+    return [(int(d), int(r)) for d, _, r in (str(text).partition("x") for text in config.get("layouts") or [])]
+
+
+def replicated_runs(config: dict[str, Any], space: str, system: str, seed: int) -> list[str]:
+    """The runs of ``system`` at the config's replicated layouts (none for a system that does not replicate)."""
+    if system not in REPLICATED_SYSTEMS or system not in config["systems"]:
+        return []
+    return [run_dir(space, system, d, seed, r) for d, r in layouts(config)]
 
 
 def reference_system(system: str = REFERENCE_SYSTEM) -> str:
@@ -63,7 +86,13 @@ def reference_systems(config: dict[str, Any]) -> list[str]:
 
 
 def system_runs(config: dict[str, Any], space: str, system: str, seed: int) -> list[str]:
-    """The runs of one system over every stage count (the reference itself left out)."""
+    """The runs of one system over every stage count and replicated layout (the reference itself left out): what
+    Table 3 compares with the reference."""
+    return stage_runs(config, space, system, seed) + replicated_runs(config, space, system, seed)
+
+
+def stage_runs(config: dict[str, Any], space: str, system: str, seed: int) -> list[str]:
+    """The runs of one system at the config's stage counts, fewest stages first (the reference left out)."""
     runs = [run_dir(space, system, d, seed) for d in sorted(config["stages"])]
     return [r for r in runs if r != reference_run(space, seed, system)]
 
@@ -140,15 +169,34 @@ def ablation_jobs(config: dict[str, Any]) -> list[TrainJob]:
     return jobs
 
 
+def replicated_jobs(config: dict[str, Any]) -> list[TrainJob]:
+    """Every ``train`` job of a replicated layout: csp-mb at each of the config's ``layouts``. They are compared
+    in Table 3 like every stage count, and left out of the measured tables, searches and curves, which read one
+    run per (system, stage count)."""
+    jobs = []
+    for space in sorted(config["spaces"]):
+        for system in REPLICATED_SYSTEMS:
+            if system not in config["systems"]:
+                continue
+            for stages, replicas in layouts(config):
+                for seed in config["seeds"]:
+                    sets = (*space_sets(config, space), *common_sets(config), *system_sets(config, system),
+                            f"replicas={replicas}")
+                    jobs.append(TrainJob("train", space, systems.base_name(system), stages, seed,
+                                         run_dir(space, system, stages, seed, replicas), sets, int(config["steps"]),
+                                         replicas))
+    return jobs
+
+
 def all_training_jobs(config: dict[str, Any]) -> list[TrainJob]:
-    return train_jobs(config) + ablation_jobs(config)
+    return train_jobs(config) + replicated_jobs(config) + ablation_jobs(config)
 
 
 def curve_runs(config: dict[str, Any]) -> list[str]:
     """Figure 4: per space, system and seed, the run at the largest stage count (and the reference)."""
     runs = {run_dir(space, ref, 1, seed) for space in config["spaces"] for ref in reference_systems(config)
             for seed in config["seeds"]}
-    runs |= {system_runs(config, space, system, seed)[-1] for space in config["spaces"]
+    runs |= {stage_runs(config, space, system, seed)[-1] for space in config["spaces"]
              for system in config["systems"] for seed in config["seeds"]
-             if system_runs(config, space, system, seed)}
+             if stage_runs(config, space, system, seed)}
     return sorted(runs)

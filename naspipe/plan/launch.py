@@ -25,5 +25,6 @@ def check_local(stage_counts: set[int], gpus: int | None, cuda: bool) -> None:
     too_big = sorted(d for d in stage_counts if d > gpus)
     if too_big:
         counts = ", ".join(str(d) for d in too_big)
-        raise UsageError(f"stage counts {counts} need more than the {gpus} GPUs of --resources gpu={gpus}: run them "
-                         "on a cluster (--profile profiles/slurm) or leave them out of stages/ablation.stages")
+        raise UsageError(f"jobs of {counts} GPUs (stages x replicas) need more than the {gpus} GPUs of --resources "
+                         f"gpu={gpus}: run them on a cluster (--profile profiles/slurm) or leave them out of "
+                         "stages/layouts/ablation.stages")

@@ -18,6 +18,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "profile_table": ("profiles", "{space}", ".md"),
     "partition": ("partitions", "{space}/D{stages}", ".json"),
     "run": ("runs", _RUN, ""),
+    "replicated_run": ("runs", "{space}/{system}/D{stages}xR{replicas}-seed{seed}", ""),
     "ablation": ("ablations", "{space}/{variant}/D{stages}-seed{seed}", ""),
     "reproducibility": ("reproducibility", "{space}/{system}-seed{seed}", ".json"),
     "search": ("search", _RUN, ""),

@@ -67,7 +67,7 @@ def fixed(config: dict[str, Any], rule: str, key: str) -> int:
     return int(settings(config, rule).get(key, DEFAULTS[rule][key]))
 
 
-def local_threads(config: dict[str, Any], stages: int, estimate: Estimate | None) -> int:
+def local_threads(config: dict[str, Any], stages: int, estimate: Estimate | None, replicas: int = 1) -> int:
     """Cores a training job holds on one machine (Snakemake's ``threads``, bounded by ``--cores``).
 
     On cuda every stage process drives its GPU: D x ``threads_per_stage``. On cpu the D stage processes
@@ -78,10 +78,11 @@ def local_threads(config: dict[str, Any], stages: int, estimate: Estimate | None
     D = 2 or 4 run trained; the nearest whole number of busy cores lets another job use the rest.
     """
     per_stage = int(config.get("threads_per_stage", 1))
+    processes = stages * replicas  # a replicated layout: the estimate is one replica's, and every replica is as busy
     if config.get("device", "cpu") == "cuda" or estimate is None or estimate.step_seconds <= 0:
-        return stages * per_stage
-    busy = round(per_stage * estimate.exec_s / estimate.step_seconds)
-    return max(1, min(stages * per_stage, busy))
+        return processes * per_stage
+    busy = round(per_stage * replicas * estimate.exec_s / estimate.step_seconds)
+    return max(1, min(processes * per_stage, busy))
 
 
 def train_mem_mb(config: dict[str, Any], rule: str, stages: int, estimate: Estimate | None) -> int:

@@ -37,7 +37,7 @@ class Wildcards(Protocol):
     system: str
     stages: str
     seed: str
-    variant: str
+    variant: str  # (and ``replicas`` on a replicated layout's run: read with getattr, as only its rule has it)
     dataset: str
     hardware: str
 
@@ -162,7 +162,7 @@ class Workflow:
         cuda = config["device"] == "cuda"
         if launch == "local":
             try:
-                check_local({job.stages for job in plan_jobs.all_training_jobs(config)}, gpus, cuda)
+                check_local({job.processes for job in plan_jobs.all_training_jobs(config)}, gpus, cuda)
             except UsageError as exc:
                 raise ConfigError("stages", str(exc)) from exc
         check_simulate(config)
@@ -253,7 +253,7 @@ class Workflow:
         if rule == "ablation":
             out = paths.path("ablation", space=w.space, variant=w.variant, stages=w.stages, seed=w.seed)
         else:
-            out = plan_jobs.run_dir(w.space, w.system, int(w.stages), int(w.seed))
+            out = plan_jobs.run_dir(w.space, w.system, int(w.stages), int(w.seed), _replicas(w))
         return self.fitted_jobs[out]
 
     def train_args(self, w: Wildcards, rule: str = "train") -> str:
@@ -264,11 +264,12 @@ class Workflow:
         return (f"--space {w.space} --system {job.system} --stages {w.stages} --steps {job.steps} "
                 f"--seed {w.seed} " + set_args(sets))
 
-    def nodes(self, stages: int | str) -> int:
-        """Nodes a training job spans: one GPU per stage, ``gpus_per_node`` per node (one on cpu or locally)."""
+    def nodes(self, processes: int | str) -> int:
+        """Nodes a training job spans: one GPU per process (stage, or stage replica), ``gpus_per_node`` per node (one
+        on cpu or locally)."""
         if self.launch != "slurm":
             return 1
-        return nodes(int(stages), plan_resources.gpus_per_node(self.config), self.cuda)
+        return nodes(int(processes), plan_resources.gpus_per_node(self.config), self.cuda)
 
     def train_launcher(self, w: Wildcards) -> str:
         """Locally: claim the GPUs (none on cpu). Multi-node cuda under SLURM: srun, one task per stage.
@@ -276,11 +277,11 @@ class Workflow:
         srun only runs inside a SLURM allocation; the job script runs on the allocation's first node,
         where srun starts task 0 (the rendezvous host).
         """
-        stages = int(w.stages)
-        if self.nodes(stages) > 1:
+        processes = _processes(w)
+        if self.nodes(processes) > 1:
             rendezvous = "MASTER_ADDR=$(hostname) MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))"
-            return f"export {rendezvous}; srun --ntasks={stages} --ntasks-per-gpu=1 --kill-on-bad-exit=1"
-        return self.with_gpus(stages)
+            return f"export {rendezvous}; srun --ntasks={processes} --ntasks-per-gpu=1 --kill-on-bad-exit=1"
+        return self.with_gpus(processes)
 
     def with_gpus(self, gpus: int = 1) -> str:
         """Claim ``gpus`` free GPUs for a cuda job's command (none on cpu)."""
@@ -373,31 +374,32 @@ class Workflow:
         c = self.config
 
         def multi(w: Wildcards) -> bool:
-            return self.nodes(w.stages) > 1
+            return self.nodes(_processes(w)) > 1
 
         def estimate_of(w: Wildcards) -> Any:
             return self.fitted(rule, w).estimate
 
-        def per_stage(w: Wildcards) -> int:  # the CPUs of one task: all its stages' threads on one node
-            return 1 if multi(w) else int(w.stages)
+        def per_stage(w: Wildcards) -> int:  # the CPUs of one task: all its processes' threads on one node
+            return 1 if multi(w) else _processes(w)
 
         return dict(
-            gpu=lambda w: int(w.stages) if self.cuda else 0,
-            nodes=lambda w: self.nodes(w.stages),
-            tasks=lambda w: int(w.stages) if multi(w) else 1,
+            gpu=lambda w: _processes(w) if self.cuda else 0,
+            nodes=lambda w: self.nodes(_processes(w)),
+            tasks=lambda w: _processes(w) if multi(w) else 1,
             tasks_per_gpu=lambda w: 1 if multi(w) else 0,
             # only a multi-node job is an MPI job: the jobstep plugin tests for the key (even ""), and without it a
             # one-node job runs in `srun -n1` like every other rule's, its GPUs and CPUs bound to that step
             mpi=lambda w: "srun" if multi(w) else None,
             **self.partition_resource(rule),
             cpus_per_task=lambda w: plan_resources.cpus(c, rule) * per_stage(w),
-            mem_mb=lambda w: plan_resources.train_mem_mb(c, rule, int(w.stages), estimate_of(w)),
+            mem_mb=lambda w: plan_resources.train_mem_mb(c, rule, _processes(w), estimate_of(w)),
             runtime=lambda w: plan_resources.train_minutes(c, rule, estimate_of(w)),
         )
 
     def train_threads(self, rule: str) -> Any:
         """A training rule's ``threads``: the cores its stage processes keep busy (plan_resources.local_threads)."""
-        return lambda w: plan_resources.local_threads(self.config, int(w.stages), self.fitted(rule, w).estimate)
+        return lambda w: plan_resources.local_threads(self.config, int(w.stages), self.fitted(rule, w).estimate,
+                                                      _replicas(w))
 
     def search_resources(self, rule: str) -> dict[str, Any]:
         """A search-phase rule's resources: one GPU, its threads, the supernet on the host, predicted time."""
@@ -427,3 +429,13 @@ def claims_tables(outputs: Iterable[str]) -> list[str]:
     """The calibration tables the claims read, those among the workflow's ``outputs``."""
     planned = set(outputs)
     return [t for t in (paths.path("table", name=name) for name in CLAIMS_TABLES) if t in planned]
+
+
+def _replicas(w: Wildcards) -> int:
+    """A training job's replicas per stage (a replicated layout's wildcard; 1 otherwise)."""
+    return int(getattr(w, "replicas", 1) or 1)
+
+
+def _processes(w: Wildcards) -> int:
+    """A training job's processes (GPUs): stages x replicas."""
+    return int(w.stages) * _replicas(w)

@@ -47,6 +47,7 @@ def run_entry(ref: RunRecord, info: RunInfo, undigested: Collection[Path] = ()) 
         "path": str(info.path),
         "system": info.system,
         "stages": info.stages,
+        "replicas": info.replicas,
         "seed": info.seed,
         "final_loss": final_loss(record),
         "weights_sha256": record.weights,

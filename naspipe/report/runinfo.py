@@ -41,6 +41,11 @@ class RunInfo:
         return int(self.metrics["stages"])
 
     @property
+    def replicas(self) -> int:
+        """Processes per stage (a replicated layout; 1 for every run made before replicas existed)."""
+        return int(self.metrics["config"].get("replicas", 1))
+
+    @property
     def seed(self) -> int:
         return int(self.metrics["config"].get("seed", 0))
 
@@ -58,7 +63,8 @@ class RunInfo:
 
     @property
     def label(self) -> str:
-        return f"{self.space}/{self.system} D={self.stages} seed={self.seed}"
+        layout = f"D={self.stages}" + (f"xR={self.replicas}" if self.replicas > 1 else "")
+        return f"{self.space}/{self.system} {layout} seed={self.seed}"
 
 
 def read_run_info(path: Path, undigested: Collection[Path] = (), simulated: bool = False) -> RunInfo:

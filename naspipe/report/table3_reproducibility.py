@@ -18,8 +18,9 @@ import pandas as pd
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Table
 
-COLUMNS = ["space", "system", "stages", "seed", "final_loss", "weights", "identical_to_sequential", "first_divergence"]
+COLUMNS = ["space", "system", "stages", "replicas", "seed", "final_loss", "weights", "identical_to_sequential", "first_divergence"]
 SEARCH_COLUMNS = ["search_metric", "search_best", "search_accuracy"]
+KEYS = ["space", "system", "stages", "replicas", "seed"]  # one run (replicas: a replicated layout's processes per stage)
 
 
 def divergence_text(divergence: dict[str, Any] | None) -> str:
@@ -37,6 +38,7 @@ def repro_frame(inputs: ReportInputs) -> pd.DataFrame:
             "space": doc["space"],
             "system": e["system"],
             "stages": int(e["stages"]),
+            "replicas": int(e.get("replicas", 1)),  # (a file written before replicas existed: one per stage)
             "seed": int(e["seed"]),
             "final_loss": repr(e["final_loss"]),
             "weights": str(e["weights_sha256"])[:12],
@@ -46,11 +48,11 @@ def repro_frame(inputs: ReportInputs) -> pd.DataFrame:
         for doc in inputs.reproducibility
         for e in doc["runs"]
     ]
-    frame = pd.DataFrame(rows, columns=COLUMNS).drop_duplicates(["space", "system", "stages", "seed"])
+    frame = pd.DataFrame(rows, columns=COLUMNS).drop_duplicates(KEYS)
     if frame.empty:
         return frame
     frame = frame.assign(_rank=[system_rank(s) for s in frame["system"]]).sort_values(
-        ["space", "_rank", "stages", "seed"]
+        ["space", "_rank", "stages", "replicas", "seed"]
     )
     return frame[COLUMNS].reset_index(drop=True)
 
@@ -58,8 +60,8 @@ def repro_frame(inputs: ReportInputs) -> pd.DataFrame:
 def with_search(frame: pd.DataFrame, inputs: ReportInputs) -> pd.DataFrame:
     """Table 3 completed with each run's search result (runs searched but not compared, e.g. the
     sequential reference, get a row of their own)."""
-    keys = ["space", "system", "stages", "seed"]
-    search = pd.DataFrame([{"space": r.key[0], "system": r.key[1], "stages": r.key[2], "seed": r.key[3],
+    keys = KEYS
+    search = pd.DataFrame([{"space": r.key[0], "system": r.key[1], "stages": r.key[2], "replicas": 1, "seed": r.key[3],
                             "search_metric": r.best["metric"], "search_best": repr(float(r.best["score"])),
                             "search_accuracy": repr(r.accuracy)} for r in inputs.searches],
                           columns=keys + SEARCH_COLUMNS).drop_duplicates(keys)
@@ -67,7 +69,7 @@ def with_search(frame: pd.DataFrame, inputs: ReportInputs) -> pd.DataFrame:
         return frame
     merged = frame.merge(search, on=keys, how="outer").fillna("")
     merged = merged.assign(_rank=[system_rank(s) for s in merged["system"]]).sort_values(
-        ["space", "_rank", "stages", "seed"])
+        ["space", "_rank", "stages", "replicas", "seed"])
     return merged[COLUMNS + SEARCH_COLUMNS].reset_index(drop=True)
 
 
@@ -87,7 +89,8 @@ def _reading(frame: pd.DataFrame) -> str:
     text = []
     compared = frame[frame["identical_to_sequential"] != ""]  # the reference itself has a search row only
     for (space, system), group in compared.groupby(["space", "system"], sort=False):
-        stages = ", ".join(f"D={d}" for d in sorted(group["stages"].unique()))
+        layouts = sorted(set(zip(group["stages"], group["replicas"], strict=True)))
+        stages = ", ".join(f"D={d}" + (f"xR={r}" if r > 1 else "") for d, r in layouts)
         same = group["identical_to_sequential"] == "yes"
         if same.all():
             text.append(f"`{space}` {system}: identical to sequential at {stages}.")

@@ -48,6 +48,7 @@ wildcard_constraints:
     hardware=r"[A-Za-z0-9_.-]+",
     system=r"[a-z-]+",
     stages=r"\d+",
+    replicas=r"\d+",
     seed=r"\d+",
     dataset=r"[A-Za-z0-9_.-]+",
 

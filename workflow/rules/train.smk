@@ -5,7 +5,8 @@ devices itself (`naspipe with-gpus`), so two concurrent jobs never share a GPU. 
 the cores its D stage processes keep busy (about one for the tiny spaces: they take turns; see
 naspipe.plan.resources.local_threads) so `--cores` bounds it; its stage processes use
 `threads_per_stage` threads each (fixed, because results depend on it). A cuda job with more stages than `gpus_per_node` runs
-under `srun`, one task per stage over several nodes, only under SLURM (docs/cluster.md).
+under `srun`, one task per stage over several nodes, only under SLURM (docs/cluster.md). A replicated layout's run
+(config `layouts`, D stages x R replicas) is the same job with D x R processes: `gpu=D*R`, D x R srun tasks.
 Resources and time limits come from naspipe.plan (the simulator's prediction x a safety factor).
 """
 
@@ -31,3 +32,12 @@ rule train:
         launcher=W.train_launcher,
     shell:
         "{params.launcher} python -m naspipe train {params.args} --overwrite --out {output} > {log} 2>&1"
+
+
+use rule train as train_replicated with:
+    output:
+        directory(path("replicated_run")),
+    log:
+        logfile("train", "replicated_run"),
+    benchmark:
+        benchmarkfile("train", "replicated_run")
