@@ -120,7 +120,9 @@ def test_workflow_config_errors_are_found_up_front(tmp_path: Path, change: dict,
 
 
 def test_local_launch_refuses_stage_counts_above_the_gpu_cap() -> None:
-    with pytest.raises(UsageError, match=r"^stage counts 16 need more than the 8 GPUs of --resources gpu=8"):
+    """Counted in GPUs: a replicated layout's D x R processes (the workflow passes each job's count)."""
+    with pytest.raises(UsageError, match=r"^jobs of 16 GPUs \(stages x replicas\) need more than the 8 GPUs of "
+                       r"--resources gpu=8"):
         check_local({1, 4, 8, 16}, 8, cuda=True)
     check_local({1, 4, 8}, 8, cuda=True)  # fits: no error
     check_local({16}, None, cuda=True)  # no cap given: with-gpus waits for free devices
@@ -133,7 +135,7 @@ def test_paper_plan_on_an_8_gpu_machine_stops_naming_the_stage_counts(tmp_path: 
     paper = str(ROOT / "config" / "paper.yaml")
     done = snakemake("-n", "--cores", "all", "--resources", "gpu=8", "--configfile", paper,
                      "--directory", str(_paper_workdir(tmp_path)), cwd=tmp_path)
-    assert "stages: stage counts 16 need more than the 8 GPUs of --resources gpu=8" in one_error(done)
+    assert "stages: jobs of 16 GPUs (stages x replicas) need more than the 8 GPUs of --resources gpu=8" in one_error(done)
 
 
 def _jobs(dry_run: str) -> list[tuple[str, dict[str, str], str]]:
@@ -159,8 +161,8 @@ def test_paper_plan_under_slurm_gives_every_job_its_resources(tmp_path: Path) ->
     local = {"all", "partition", "compare", "simulate", "report", "published", "calibrate", "attribute",
              "bubble_models"}
     submitted = [(rule, r, shell) for rule, r, shell in jobs if rule not in local]
-    assert {rule for rule, _, _ in submitted} == {"prepare", "profile", "train", "ablation", "search", "retrain",
-                                                  "search_accuracy", "curve", "retrain_random",
+    assert {rule for rule, _, _ in submitted} == {"prepare", "profile", "train", "train_replicated", "ablation",
+                                                  "search", "retrain", "search_accuracy", "curve", "retrain_random",
                                                   "random_accuracy"}
     threads = load("config/paper.yaml")["threads_per_stage"]
     for rule, r, shell in submitted:
@@ -169,14 +171,18 @@ def test_paper_plan_under_slurm_gives_every_job_its_resources(tmp_path: Path) ->
             assert r["gpu"] == "0" and r["slurm_partition"] == "cpu", r
             continue
         assert r["slurm_partition"] == "gpu", (rule, r)
-        stages = int(re.search(r"--stages (\d+)", shell).group(1)) if rule in ("train", "ablation") else 1
+        training = rule in ("train", "train_replicated", "ablation")
+        stages = int(re.search(r"--stages (\d+)", shell).group(1)) if training else 1
+        replicas = re.search(r"--set replicas=(\d+)", shell)
+        assert (replicas is not None) == (rule == "train_replicated"), (rule, shell)
+        stages *= int(replicas.group(1)) if replicas else 1  # a replicated layout: D x R processes, one GPU each
         assert r["gpu"] == str(stages), (rule, r)
-        if rule in ("train", "ablation") and stages > 8:  # spans nodes: one task (and CPUs) per stage, one srun
+        if training and stages > 8:  # spans nodes: one task (and CPUs) per process, one srun
             assert (r["nodes"], r["tasks"], r["tasks_per_gpu"], r["mpi"]) == (str(stages // 8), str(stages), "1",
                                                                                 "srun"), r
             assert r["cpus_per_task"] == str(threads) and shell.count("srun ") == 1 and "with-gpus" not in shell
         else:
-            per_task = threads * stages if rule in ("train", "ablation") else (threads if rule != "profile" else 1)
+            per_task = threads * stages if training else (threads if rule != "profile" else 1)
             assert r["cpus_per_task"] == str(per_task), (rule, r)
             # no mpi key at all (not even an empty one): the jobstep plugin then runs the job in `srun -n1`
             assert "srun" not in shell and "mpi" not in r and r.get("tasks", "1") == "1", (rule, r, shell)

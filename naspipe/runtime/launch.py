@@ -235,9 +235,8 @@ def _check_stage_count(job: Job, place: Rank | None) -> None:
     if stages != config.stages:  # a partition file is checked against the config: this cannot happen
         raise UsageError(f"--stages {config.stages} but the partition has {stages} stages")
     if place is not None and place.world != stages * config.replicas:
-        layout = f"--stages {config.stages}" + (f" x replicas {config.replicas}" if config.replicas > 1 else "")
-        raise UsageError(f"{layout} needs {stages * config.replicas} processes but the launcher started "
-                         f"{place.world}")
+        layout = f" x --replicas {config.replicas} ({stages * config.replicas} processes)" if config.replicas > 1 else ""
+        raise UsageError(f"--stages {config.stages}{layout} but the launcher started {place.world} processes")
 
 
 def _check_memory(config: Config, space: SearchSpace, place: Rank | None) -> None:
