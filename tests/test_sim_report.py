@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from naspipe.cli import main
 from naspipe.errors import UsageError
-from naspipe.report import sim_fig5, sim_fig7, sim_table2
+from naspipe.report import sim_fig5, sim_fig7, sim_gpus, sim_table2
 from naspipe.report.inputs import ReportInputs, load_inputs
 from naspipe.report.runinfo import read_run_info
 
@@ -77,3 +78,29 @@ def test_a_micro_batched_schedule_and_a_second_hardware_sit_beside_the_paper_sch
     assert fig7.png.startswith(b"\x89PNG") and "`toy` csp on rtx2080ti-pcie3-40gbe: D=2 to D=4" in fig7.reading
     assert "h100" not in fig7.reading and "csp-mb" not in fig7.reading
     assert sim_fig5.build(inputs).png.startswith(b"\x89PNG")
+
+
+def test_runs_on_a_gpu_count_make_their_own_table_and_a_line_of_the_scaling_figure(sims, tmp_path):
+    """``simulate.gpus``'s runs (``--gpus G``): csp-mb in its chosen layout per GPU count, beside csp-mb and
+    PipeDream on as many stages; kept out of the stage-count table, drawn on the scaling figure's GPU axis."""
+    layouts = []
+    for gpus in (2, 4):
+        out = tmp_path / f"G{gpus}"
+        assert main(["simulate", "--system", "csp-mb", "--gpus", str(gpus), "--steps", "8", "--batch", "max",
+                     "--set", "space.blocks=6", "--out", str(out)]) == 0
+        layouts.append(out)
+    staged = tmp_path / "csp-mb-D4"
+    assert main(["simulate", "--system", "csp-mb", "--stages", "4", "--steps", "8", "--batch", "max",
+                 "--set", "space.blocks=6", "--out", str(staged)]) == 0
+    inputs = ReportInputs(runs=[], simulated=[read_run_info(p) for p in [*sims, staged, *layouts]])
+    assert len(sim_table2.build(inputs).frame) == 5  # the stage-count runs only
+    table = sim_gpus.build(inputs)
+    frame = table.frame
+    assert list(frame["gpus"]) == [2, 4] and (frame["stages"] * frame["replicas"] == frame["gpus"]).all()
+    assert frame["vs_fewest_gpus"].iloc[0] == 1.0 and frame["layouts_tried"].str.contains("x").all()
+    four = frame[frame["gpus"] == 4].iloc[0]
+    assert four["stages_only_samples_s"] > 0 and pd.isna(four["pipedream_samples_s"])
+    assert "2 to 4 GPUs scale" in table.reading
+    figure = sim_fig7.build(inputs)
+    assert figure.png.startswith(b"\x89PNG") and "csp-mb (stages x replicas)" in figure.reading
+    assert sim_gpus.build(ReportInputs(runs=[])).frame.empty

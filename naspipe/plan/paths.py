@@ -26,6 +26,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "retrain": ("retrain", _RUN, ""),
     "curve": ("curves", _RUN, ".csv"),
     "sim": ("sim", "{hardware}/{space}/{system}/D{stages}", ""),
+    "sim_gpus": ("sim", "{hardware}/{space}/{system}/G{gpus}", ""),
     "table": ("tables", "{name}", ".csv"),
     "table_md": ("tables", "{name}", ".md"),
     "figure": ("figures", "{name}", ".png"),

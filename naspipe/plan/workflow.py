@@ -233,9 +233,12 @@ class Workflow:
         sim = self.config.get("simulate") or {}
         if not sim:
             return []
-        return [paths.path("sim", hardware=Path(spec).stem, space=space, system=system, stages=stages)
+        runs = [paths.path("sim", hardware=Path(spec).stem, space=space, system=system, stages=stages)
                 for spec in sim_hardware(sim) for space in sim["spaces"] for system in sim["systems"]
                 for stages in sorted(sim["stages"])]
+        return runs + [paths.path("sim_gpus", hardware=Path(spec).stem, space=space, system=system, gpus=gpus)
+                       for spec in sim_hardware(sim) for space in sim["spaces"] for system in sim["systems"]
+                       if system in plan_jobs.REPLICATED_SYSTEMS for gpus in sorted(sim.get("gpus") or [])]
 
     def dataset_input(self, space: str) -> list[str]:
         dataset = self.config["spaces"][space].get("dataset")
@@ -288,9 +291,13 @@ class Workflow:
         return f"python -m naspipe with-gpus {gpus if self.cuda else 0} --"
 
     def simulate_args(self, w: Wildcards) -> str:
+        """``naspipe simulate``'s arguments: at ``w.stages`` stages, or (a ``gpus`` wildcard: ``simulate.gpus``) on
+        that many GPUs in the layout it finds fastest."""
         sim = self.config["simulate"]
         system = systems.base_name(w.system)
-        args = [f"--space {shlex.quote(w.space)}", f"--system {system}", f"--stages {w.stages}",
+        gpus = getattr(w, "gpus", None)
+        layout = f"--gpus {gpus}" if gpus else f"--stages {w.stages}"
+        args = [f"--space {shlex.quote(w.space)}", f"--system {system}", layout,
                 f"--steps {sim['steps']}", f"--seed {sim['seed']}", f"--hardware {shlex.quote(self._spec(w.hardware))}",
                 f"--costs {shlex.quote(str(sim['costs']))}", f"--batch {sim_batch(sim, w.hardware)}",
                 f"--partition-by {sim['partition_by']}", f"--set optimizer.name={sim['optimizer']['name']}",

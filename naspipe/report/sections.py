@@ -30,6 +30,7 @@ SECTIONS: tuple[str, ...] = (
     "naspipe.report.fig7_scaling",
     "naspipe.report.fig_search_convergence",
     "naspipe.report.sim_table2",
+    "naspipe.report.sim_gpus",
     "naspipe.report.sim_fig5",
     "naspipe.report.sim_fig7",
 )
@@ -46,6 +47,7 @@ TABLES: tuple[str, ...] = (
     "table4_access_order",
     "table5_profile",
     "sim_table2_systems",
+    "sim_table2_gpus",
 )
 FIGURES: tuple[str, ...] = (
     "fig4_loss_vs_time",

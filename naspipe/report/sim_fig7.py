@@ -17,25 +17,36 @@ import seaborn as sns
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.plotting import render_facets
 from naspipe.report.section import Figure
+from naspipe.report.sim_gpus import layout_frame
 from naspipe.report.sim_table2 import sim_frame
 
 PANELS_PER_ROW = 4
 
 
+LAYOUT = " (stages x replicas)"  # the label of a system's line on GPU counts, each in its chosen layout
+
+
 def build(inputs: ReportInputs) -> Figure:
     frame = sim_frame(inputs)
     frame = frame[frame["fits"].astype(bool)]
+    layouts = layout_frame(inputs)
+    if not layouts.empty:  # on as many GPUs as stages, beside: the layout chosen for each GPU count
+        frame = pd.concat([frame, layouts.assign(system=layouts["system"] + LAYOUT, stages=layouts["gpus"])[
+            ["hardware", "space", "system", "stages", "throughput_samples_s"]]], ignore_index=True)
     facets = [f"{hw}|{space}" for hw in sorted(frame["hardware"].unique())
               for space in sorted(frame[frame["hardware"] == hw]["space"].unique())]
-    order = sorted(frame["system"].unique(), key=lambda s: (system_rank(s), s))
+    order = sorted(frame["system"].unique(), key=lambda s: (system_rank(s.removesuffix(LAYOUT)), s))
 
     def draw(ax: Any, facet: str) -> None:
         hw, space = facet.split("|")
         rows = frame[(frame["hardware"] == hw) & (frame["space"] == space)]
         sns.lineplot(data=rows, x="stages", y="throughput_samples_s", hue="system", hue_order=order, marker="o",
                      ax=ax)
-        ax.set(title=f"{space} on {hw}", xlabel="stages D", ylabel="throughput (samples/s)")
-        ax.set_xticks(sorted(rows["stages"].unique()))
+        ax.set(title=f"{space} on {hw}", xlabel="GPUs (stages D; D x R with replicas)", ylabel="throughput (samples/s)")
+        ticks = sorted(rows["stages"].unique())
+        if ticks and ticks[-1] > 4 * ticks[0]:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         sns.move_legend(ax, "best", frameon=False, fontsize="small")
 
     return Figure("sim_fig7_scaling", "Figure 7 (simulated): throughput against stage count, per space",
@@ -50,6 +61,7 @@ def _reading(frame: pd.DataFrame) -> str:
         if group["stages"].nunique() < 2:
             continue
         lo, hi = group.loc[group["stages"].idxmin()], group.loc[group["stages"].idxmax()]
-        text.append(f"`{space}` {system} on {hw}: D={lo.stages} to D={hi.stages} scales simulated throughput "
-                    f"{hi.throughput_samples_s / lo.throughput_samples_s:.2f}x.")
+        unit = "GPUs " if system.endswith(LAYOUT) else "D="  # (a layout line: GPU counts, each its own layout)
+        text.append(f"`{space}` {system} on {hw}: {unit}{lo.stages} to {unit}{hi.stages} scales simulated "
+                    f"throughput {hi.throughput_samples_s / lo.throughput_samples_s:.2f}x.")
     return " ".join(text)

@@ -46,7 +46,7 @@ def sim_frame(inputs: ReportInputs) -> pd.DataFrame:
         "bubble_ratio": float(r.metrics["bubble_ratio"]), "cache_hit_rate": float(r.metrics.get("cache_hit_rate", 1)),
         "throughput_samples_s": float(r.metrics["throughput_samples_s"]) if r.metrics.get("fits", True) else 0.0,
         "efficiency": float(r.metrics.get("efficiency", float("nan"))),
-    } for r in inputs.simulated]
+    } for r in inputs.simulated if not r.metrics.get("layout_search")]  # (runs on a GPU count: sim_gpus)
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     raw = pd.DataFrame(rows)

@@ -49,6 +49,7 @@ wildcard_constraints:
     system=r"[a-z-]+",
     stages=r"\d+",
     replicas=r"\d+",
+    gpus=r"\d+",
     seed=r"\d+",
     dataset=r"[A-Za-z0-9_.-]+",
 

@@ -4,6 +4,8 @@ Config key `simulate` (optional; no jobs without it): every (space, system, stag
 is simulated on `simulate.hardware` with `simulate.costs` at `simulate.batch` (`max`: each
 system at the largest batch it fits, as in the paper's Table 2). Spaces are preset names and
 need no dataset: the simulator sizes layers from their shapes. A CPU-only job of seconds.
+`simulate.gpus` adds csp-mb on each of those GPU counts, in the layout (stages x replicas) that
+`naspipe simulate --gpus G` finds fastest (results/sim/HARDWARE/SPACE/csp-mb/G{gpus}).
 """
 
 
@@ -22,3 +24,12 @@ rule simulate:
         args=W.simulate_args,
     shell:
         "python -m naspipe simulate {params.args} --overwrite --out {output} > {log} 2>&1"
+
+
+use rule simulate as simulate_gpus with:
+    output:
+        directory(path("sim_gpus")),
+    log:
+        logfile("simulate", "sim_gpus"),
+    benchmark:
+        benchmarkfile("simulate", "sim_gpus")
