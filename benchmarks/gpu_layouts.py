@@ -4,8 +4,8 @@ where a subnet has that many positions) and PipeDream at 16 stages (asynchronous
 
 Runs ``naspipe simulate`` in-process with the paper plan's simulate settings on h100-nvlink-ib (analytic costs, the
 batch with the highest simulated throughput that fits, stages balanced by costs, SGD without momentum, the context
-manager, static partitions, m = 32, split backward, critical priorities), one run directory per cell under ``--out`` (reused when there); prints a markdown
-table. Backs docs/performance.md's "Any number of GPUs" table.
+manager, static partitions, m = 32, split backward, critical priorities), one run directory per cell under
+``--out`` (reused when there); prints a markdown table. Backs docs/performance.md's "Any number of GPUs" table.
 
     python benchmarks/gpu_layouts.py --out /tmp/gpu-layouts [--steps 256] [--gpus 4,8,16,32,64]
         [--spaces nlp.c0,nlp.c1,nlp.c2,nlp.c3,cv.c1,cv.c2,cv.c3] [--hardware h100-nvlink-ib]

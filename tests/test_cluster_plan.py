@@ -135,7 +135,8 @@ def test_paper_plan_on_an_8_gpu_machine_stops_naming_the_stage_counts(tmp_path: 
     paper = str(ROOT / "config" / "paper.yaml")
     done = snakemake("-n", "--cores", "all", "--resources", "gpu=8", "--configfile", paper,
                      "--directory", str(_paper_workdir(tmp_path)), cwd=tmp_path)
-    assert "stages: jobs of 16 GPUs (stages x replicas) need more than the 8 GPUs of --resources gpu=8" in one_error(done)
+    expected = "stages: jobs of 16 GPUs (stages x replicas) need more than the 8 GPUs of --resources gpu=8"
+    assert expected in one_error(done)
 
 
 def _jobs(dry_run: str) -> list[tuple[str, dict[str, str], str]]:

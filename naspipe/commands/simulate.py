@@ -26,8 +26,8 @@ from naspipe.fsutil import atomic_write, atomic_write_json
 from naspipe.sim.batch import BatchChoice, choose_batch
 from naspipe.sim.hardware import Hardware, hardware_names, load_hardware
 from naspipe.sim.layouts import choose_layout
-from naspipe.sim.run import simulate_run
-from naspipe.sim.setup import TRACE_EVENTS, SimSetup, build_setup, default_trace_subnets, make_costs
+from naspipe.sim.run import SimSetup, simulate_run
+from naspipe.sim.setup import TRACE_EVENTS, build_setup, default_trace_subnets, make_costs
 
 __all__ = ["add_parser", "build_setup", "default_trace_subnets", "make_costs", "run", "simulate_to", "trace_about"]
 

@@ -18,9 +18,10 @@ import pandas as pd
 from naspipe.report.inputs import ReportInputs, system_rank
 from naspipe.report.section import Table
 
-COLUMNS = ["space", "system", "stages", "replicas", "seed", "final_loss", "weights", "identical_to_sequential", "first_divergence"]
+COLUMNS = ["space", "system", "stages", "replicas", "seed", "final_loss", "weights", "identical_to_sequential",
+           "first_divergence"]
 SEARCH_COLUMNS = ["search_metric", "search_best", "search_accuracy"]
-KEYS = ["space", "system", "stages", "replicas", "seed"]  # one run (replicas: a replicated layout's processes per stage)
+KEYS = ["space", "system", "stages", "replicas", "seed"]  # one run (replicas: processes per stage of a layout)
 
 
 def divergence_text(divergence: dict[str, Any] | None) -> str:

@@ -115,7 +115,7 @@ class StageExecutor:
         self.stash_gradients, self.stash_weights, self.windows = stash_gradients, stash_weights, windows
         self.batches = PartBatches(batch_of, parts, read_in_backward=is_last and recompute, uses=parts_here)
         self.stash = GradientSums()  # the gradient stash: subnet -> layer -> its parts' gradients
-        self.window_sums = GradientSums()  # windowed shared layers' gradients, until the subnet's update (summed in part order)
+        self.window_sums = GradientSums()  # windowed shared layers' gradients (parts in order), until the update
         self._inputs: dict[Part, State] = {}  # recomputation: each part's stage input, until its backward
         self._graphs: dict[Part, list[_Unit]] = {}  # no recomputation: the forward's graph; split: B's, until W
         self.last_recompute_s = 0.0  # time the last backward spent re-running the forward

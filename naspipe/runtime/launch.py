@@ -235,7 +235,8 @@ def _check_stage_count(job: Job, place: Rank | None) -> None:
     if stages != config.stages:  # a partition file is checked against the config: this cannot happen
         raise UsageError(f"--stages {config.stages} but the partition has {stages} stages")
     if place is not None and place.world != stages * config.replicas:
-        layout = f" x --replicas {config.replicas} ({stages * config.replicas} processes)" if config.replicas > 1 else ""
+        processes = stages * config.replicas
+        layout = f" x --replicas {config.replicas} ({processes} processes)" if config.replicas > 1 else ""
         raise UsageError(f"--stages {config.stages}{layout} but the launcher started {place.world} processes")
 
 

@@ -46,8 +46,8 @@ from naspipe.runtime.wire import Message
 from naspipe.scheduling import make_policy
 from naspipe.scheduling.replicas import ReplicaLayout
 from naspipe.scheduling.task import FORWARD, UPDATE, AnyTask
-from naspipe.space.ops.common import BatchNorm, running_statistics
 from naspipe.scheduling.windows import SharedWindow
+from naspipe.space.ops.common import BatchNorm, running_statistics
 
 
 class StageWorker:

@@ -79,7 +79,8 @@ class PolicyOptions:
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
         if self.replicas < 1 or self.micro_batches % self.replicas:
-            raise ValueError(f"replicas must be >= 1 and divide micro_batches {self.micro_batches}, got {self.replicas}")
+            raise ValueError(f"replicas must be >= 1 and divide micro_batches {self.micro_batches}, "
+                             f"got {self.replicas}")
         if self.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
 
