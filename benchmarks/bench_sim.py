@@ -31,6 +31,7 @@ used (``resource.getrusage(RUSAGE_CHILDREN)``); ``--scale-command off`` skips it
 
     .venv/bin/python benchmarks/bench_sim.py [--steps 128] [--repeats 7] [--fit] [--json FILE]
     .venv/bin/python benchmarks/bench_sim.py --systems sequential,csp,csp:m2,csp:m2s,sequential:m2s  # parts
+    .venv/bin/python benchmarks/bench_sim.py --systems csp:m4sr2d1,csp:m4sd2,csp:m4sr2d2,csp:m4sd4  # replicas
     .venv/bin/python benchmarks/bench_sim.py --scale [--scale-subnets 100000] [--scale-systems csp,gpipe] \
         [--repeats 1] [--scale-command off]
 """
@@ -86,16 +87,20 @@ def profile_both(args: argparse.Namespace, tmp: Path) -> dict[bool, Path]:
 
 def run_config(system: str, args: argparse.Namespace, profile: Path) -> Any:
     """``system``, or ``SYSTEM:mN`` / ``SYSTEM:mNs`` for its micro-batched schedule (N parts, ``s``: a split
-    backward), e.g. ``csp:m2s``."""
+    backward), e.g. ``csp:m2s``; ``rR`` adds R replicas per stage and ``dD`` sets D stages instead of
+    ``--stages`` (``csp:m4sr2d2``: 2 stages x 2 replicas, beside ``csp:m4sd4``)."""
     name, _, schedule = system.partition(":")
-    sets = []
+    sets, stages = [], args.stages
     if schedule:
-        match = re.fullmatch(r"m(\d+)(s?)", schedule)
+        match = re.fullmatch(r"m(\d+)(s?)(?:r(\d+))?(?:d(\d+))?", schedule)
         if match is None:
-            raise SystemExit(f"--systems {system}: expected SYSTEM or SYSTEM:mN[s], e.g. csp:m2s")
+            raise SystemExit(f"--systems {system}: expected SYSTEM or SYSTEM:mN[s][rR][dD], e.g. csp:m2s")
         sets = [f"micro_batches={match[1]}", f"split_backward={'true' if match[2] else 'false'}"]
+        if match[3]:
+            sets.append(f"replicas={match[3]}")
+        stages = int(match[4]) if match[4] else stages
     return load_config(None, [*TINY, "threads=1", f"partition_costs={profile}", *sets],
-                       {"system": name, "stages": args.stages, "steps": args.steps, "seed": args.seed,
+                       {"system": name, "stages": stages, "steps": args.steps, "seed": args.seed,
                         "progress": "off"})
 
 

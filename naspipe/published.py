@@ -55,7 +55,8 @@ SHORT = 16  # hex digits of a prefix or line digest
 # The config keys (metrics.json's "config") a run's bits can depend on, under some system: what a resume must keep
 # (naspipe.runtime.checkpoint's MUST_MATCH and numerics_settings, which import torch; a test keeps this list their
 # superset and names every other config key) and the kernels' settings (threads, numerics, the device). Left out:
-# order, bookkeeping and output (priority, checkpoints kept, the trace's size, timeouts, progress), ``steps`` (the
+# order, bookkeeping and output (priority, checkpoints kept, the trace's size, timeouts, progress), ``replicas`` (the
+# layout: the one system that replicates, csp, computes the same bits at every layout), ``steps`` (the
 # subnets trained are compared) and paths: where a partition or a dataset lies says nothing of its contents. The
 # partition a run trained with, and the device it resolved, come from metrics.json itself (RUN_FACTS).
 BIT_SETTINGS = ("seed", "system", "space", "stages", "shared_policy", "shared_window", "optimizer", "cache",

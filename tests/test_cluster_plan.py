@@ -159,8 +159,8 @@ def test_paper_plan_under_slurm_gives_every_job_its_resources(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = _jobs(done.stdout)
     # localrules (the Snakefile's): run on the submitting host
-    local = {"all", "partition", "compare", "simulate", "report", "published", "calibrate", "attribute",
-             "bubble_models"}
+    local = {"all", "partition", "compare", "simulate", "simulate_gpus", "report", "published", "calibrate",
+             "attribute", "bubble_models"}
     submitted = [(rule, r, shell) for rule, r, shell in jobs if rule not in local]
     assert {rule for rule, _, _ in submitted} == {"prepare", "profile", "train", "train_replicated", "ablation",
                                                   "search", "retrain", "search_accuracy", "curve", "retrain_random",

@@ -177,7 +177,7 @@ def test_every_config_key_is_recorded_or_left_out_for_a_reason() -> None:
     """A new config key fails here until it is sorted: recorded, or one of these (order, bookkeeping, output, the
     subnets trained, a path)."""
     left_out = {"priority", "keep_checkpoints", "final_checkpoint", "trace_max_events", "timeout_s", "progress",
-                "steps", "partition_file"}
+                "steps", "partition_file", "replicas"}
     keys = {field.name for field in dataclasses.fields(Config)}
     assert keys - left_out == set(published.BIT_SETTINGS)
 

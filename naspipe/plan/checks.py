@@ -100,10 +100,9 @@ def check_layouts(config: dict[str, Any], parts: int) -> None:
     """The ``layouts`` csp-mb trains at: csp-mb trained, and each layout's replicas dividing its parts."""
     from naspipe.plan.jobs import REPLICATED_SYSTEMS, layouts
 
-    found = layouts(config)
-    if found and not set(REPLICATED_SYSTEMS) & set(config["systems"]):
-        raise ConfigError("layouts", f"replicated layouts train {' or '.join(REPLICATED_SYSTEMS)}: list it in systems")
-    for stages, replicas in found:
+    if not set(REPLICATED_SYSTEMS) & set(config["systems"]):
+        return  # the layouts apply to those systems only (a config may train a subset of the default's systems)
+    for stages, replicas in layouts(config):
         if parts % replicas:
             raise ConfigError("layouts", f"{stages}x{replicas}: {replicas} replicas must divide micro.micro_batches "
                               f"({parts}), each replica running the same number of parts")

@@ -5,7 +5,7 @@ is simulated on `simulate.hardware` with `simulate.costs` at `simulate.batch` (`
 system at the largest batch it fits, as in the paper's Table 2). Spaces are preset names and
 need no dataset: the simulator sizes layers from their shapes. A CPU-only job of seconds.
 `simulate.gpus` adds csp-mb on each of those GPU counts, in the layout (stages x replicas) that
-`naspipe simulate --gpus G` finds fastest (results/sim/HARDWARE/SPACE/csp-mb/G{gpus}).
+`naspipe simulate --gpus G` finds fastest (paths.py's `sim_gpus`).
 """
 
 
