@@ -152,7 +152,9 @@ GPU_CONFIG = {  # toy space, "cuda" on fake GPUs: the stage processes compute on
     "seeds": [0],
     "steps": 6,
     "stages": [GPUS_PER_NODE, GPUS_PER_NODE * len(NODES)],  # one node; more stages than GPUs per node: both nodes
-    "systems": ["csp"],
+    "systems": ["csp", "csp-mb"],
+    "micro": {"micro_batches": 4, "split_backward": True, "priority": "critical"},
+    "layouts": [f"{GPUS_PER_NODE}x{len(NODES)}"],  # csp-mb on 2 stages x 2 replicas: 4 processes over both nodes
     "partition_costs": "params",
     "train_options": {"device": "cpu"},
     "datasets": {},
@@ -168,10 +170,15 @@ def test_more_stages_than_gpus_per_node_run_one_srun_task_per_stage_each_on_its_
     spanning, one_node = GPUS_PER_NODE * len(NODES), GPUS_PER_NODE
     runs = ["results/runs/toy/sequential/D1-seed0", f"results/runs/toy/csp/D{one_node}-seed0",
             f"results/runs/toy/csp/D{spanning}-seed0"]
-    done = on_cluster(cluster, tmp_path / "cluster", *runs, "--configfile", str(config), timeout=1800)
+    replicated = ["results/runs/toy/sequential-mb/D1-seed0",
+                  f"results/runs/toy/csp-mb/D{GPUS_PER_NODE}xR{len(NODES)}-seed0"]
+    done = on_cluster(cluster, tmp_path / "cluster", *runs, *replicated, "--configfile", str(config), timeout=1800)
     assert done.returncode == 0, done.stderr[-5000:]
     digests = {(tmp_path / "cluster" / run / "weights.sha256").read_bytes() for run in runs}
     assert len(digests) == 1  # csp on 2 GPUs of one node and on 4 over two nodes: bitwise the sequential reference
+    digests = {(tmp_path / "cluster" / run / "weights.sha256").read_bytes() for run in replicated}
+    assert len(digests) == 1  # csp-mb on 2 stages x 2 replicas over two nodes: bitwise its reference
+    runs += replicated
     # the same config run locally (the fake GPUs named by CUDA_VISIBLE_DEVICES, with-gpus claiming them) agrees
     local = snakemake(*runs, "--cores", "2", "--resources", f"gpu={spanning}", "--configfile", str(config),
                       "--directory", str(tmp_path / "local"), "--config", "launch=local",
@@ -187,10 +194,10 @@ def test_more_stages_than_gpus_per_node_run_one_srun_task_per_stage_each_on_its_
             step, rank, node, gpus = rest
             steps.setdefault((job, step), []).append((rank, node, gpus))
     spanning_steps = [sorted(t) for t in steps.values() if len(t) == spanning]
-    assert len(spanning_steps) == 1, tasks
-    (placed,) = spanning_steps
-    assert [rank for rank, _, _ in placed] == [str(r) for r in range(spanning)]
-    assert {(node, gpus) for _, node, gpus in placed} == {(n, str(g)) for n in NODES for g in range(GPUS_PER_NODE)}
+    assert len(spanning_steps) == 2, tasks  # csp on 4 stages, csp-mb on 2 stages x 2 replicas
+    for placed in spanning_steps:
+        assert [rank for rank, _, _ in placed] == [str(r) for r in range(spanning)]
+        assert {(node, gpus) for _, node, gpus in placed} == {(n, str(g)) for n in NODES for g in range(GPUS_PER_NODE)}
     # the one-node job ran in the jobstep plugin's `srun -n1` (no mpi resource), holding both of the node's GPUs
     one = [t for t in steps.values() if len(t) == 1 and t[0][2] == ",".join(map(str, range(one_node)))]
     log = (tmp_path / "cluster" / "results" / "logs" / "train" / "toy" / "csp" / f"D{one_node}-seed0.log")

@@ -145,25 +145,7 @@ class GradientExchange:
         """Own parts and prefix both in: add the parts onto the prefix in order and pass it on (or end the chain)."""
         if not entry.done or (not self.first and entry.prefix is None):
             return
-        before: torch.Tensor | None = None
-        norms = self.norms(subnet)
-        if self.first:
-            grads: ParamGrads = [p.grad for p in self.params(subnet)]
-            grads += self._window_grads(subnet, self.window_sums.get(subnet))
-            statistics = [t for norm in norms for t in norm.statistics()]
-        else:
-            assert entry.prefix is not None
-            grads = list(entry.prefix)
-            if self.with_loss:
-                before = grads.pop()
-            statistics = [t for t in grads[len(grads) - 3 * len(norms):] if t is not None]
-            del grads[len(grads) - 3 * len(norms):]
-            for part in entry.parts:
-                grads = add_grads(grads, part)
-            with self.cast():  # the running statistics' steps of the own parts, on those of the parts before them
-                for i, norm in enumerate(norms):
-                    norm.replay(subnet, statistics[3 * i:3 * i + 3])
-            entry.parts, entry.prefix = [], None
+        grads, statistics, before = self._own(subnet) if self.first else self._continued(subnet, entry)
         tensors = (*grads, *statistics, *((_loss_sum(before, entry.losses),) if self.with_loss else ()))
         entry.losses = []
         if not self.last:
@@ -172,6 +154,31 @@ class GradientExchange:
         for other in range(self.layout.replicas - 1):
             self._send(other, Message(TOTAL, subnet, tensors))
         self._reduce(subnet, entry, tensors)
+
+    def _own(self, subnet: int) -> tuple[ParamGrads, list[torch.Tensor], None]:
+        """Replica 0's partial sum: its parts' gradients as summed in ``.grad`` (and the window sums), its norms'
+        statistics after its parts' steps; no loss before its own."""
+        grads: ParamGrads = [p.grad for p in self.params(subnet)]
+        grads += self._window_grads(subnet, self.window_sums.get(subnet))
+        return grads, [t for norm in self.norms(subnet) for t in norm.statistics()], None
+
+    def _continued(self, subnet: int, entry: _Sum) -> tuple[ParamGrads, list[torch.Tensor], torch.Tensor | None]:
+        """Replica ``r > 0``: the prefix with this replica's parts added in order, the norms' deferred steps replayed
+        on the prefix's statistics, and the prefix's loss (the parts' own are added by the caller)."""
+        assert entry.prefix is not None
+        grads = list(entry.prefix)
+        before = grads.pop() if self.with_loss else None
+        norms = self.norms(subnet)
+        cut = len(grads) - 3 * len(norms)
+        statistics = [t for t in grads[cut:] if t is not None]
+        del grads[cut:]
+        for part in entry.parts:
+            grads = add_grads(grads, part)
+        with self.cast():  # the running statistics' steps of the own parts, on those of the parts before them
+            for i, norm in enumerate(norms):
+                norm.replay(subnet, statistics[3 * i:3 * i + 3])
+        entry.parts, entry.prefix = [], None
+        return grads, statistics, before
 
     def _window_grads(self, subnet: int, sums: dict[int, ParamGrads]) -> ParamGrads:
         """The windowed layers' gradients of ``sums`` (one part's, or replica 0's parts' sum), flat, in order."""
