@@ -81,10 +81,10 @@ def render(config: dict[str, Any], path: Path, hardware: str, rules: list[Any], 
                  f"{sum(r.reserved_gpu_h for r in rules):>16.1f}{sum(r.disk_bytes for r in rules) / 1e9:>10.0f}")
     lines += ["", "predicted: the simulator's time on the hardware; reserved: the jobs' time limits x GPUs (profile "
               "and prepare: their configured limits); disk: checkpoints kept", "",
-              f"{'rule':<9}{'space':<10}{'system':<18}{'D':>3}{'seeds':>6}{'cache':>6}{'device GB':>10}"
+              f"{'rule':<9}{'space':<10}{'system':<18}{'D':>5}{'seeds':>6}{'cache':>6}{'device GB':>10}"
               f"{'host GB':>9}{'batch':>6}{'pred h':>8}{'limit h':>8}{'mem GB/node':>12}"]
-    for j in sorted(rows, key=lambda j: (j.rule != "train", j.space, j.system, j.stages)):
-        lines.append(f"{j.rule:<9}{j.space:<10}{j.system:<18}{j.stages:>3}{j.seeds:>6}{'on' if j.cache else '':>6}"
+    for j in sorted(rows, key=lambda j: (j.rule != "train", j.space, j.system, j.stages, j.replicas)):
+        lines.append(f"{j.rule:<9}{j.space:<10}{j.system:<18}{j.layout:>5}{j.seeds:>6}{'on' if j.cache else '':>6}"
                      f"{j.device_gb:>10.1f}{j.host_gb:>9.1f}{j.batch:>6}{j.predicted_h:>8.2f}{j.limit_h:>8.2f}"
                      f"{j.mem_gb:>12.0f}")
     return "\n".join(lines)

@@ -48,6 +48,12 @@ class JobRow:
     predicted_h: float
     limit_h: float
     mem_gb: float  # requested per node
+    replicas: int = 1  # a replicated layout's processes per stage
+
+    @property
+    def layout(self) -> str:
+        """``D``, or ``DxR`` for a replicated layout."""
+        return f"{self.stages}x{self.replicas}" if self.replicas > 1 else str(self.stages)
 
 
 def rule_costs(config: dict[str, Any], fitted: dict[str, Fitted]) -> list[RuleCost]:
@@ -65,7 +71,7 @@ def rule_costs(config: dict[str, Any], fitted: dict[str, Fitted]) -> list[RuleCo
     for f in fitted.values():
         job, e = f.job, f.estimate
         kept = _checkpoints_kept(config, job.sets)
-        costs[job.rule].add(job.stages if cuda else 0, e.seconds, resources.train_minutes(config, job.rule, e),
+        costs[job.rule].add(job.processes if cuda else 0, e.seconds, resources.train_minutes(config, job.rule, e),
                             kept * e.checkpoint_bytes)
     for job in plan_jobs.train_jobs(config):
         reference = fitted[plan_jobs.reference_run(job.space, job.seed)].estimate
@@ -82,16 +88,16 @@ def rule_costs(config: dict[str, Any], fitted: dict[str, Fitted]) -> list[RuleCo
 
 def job_rows(config: dict[str, Any], fitted: dict[str, Fitted]) -> list[JobRow]:
     """One row per training job kind (seeds folded): its memory, batch, predicted time and limit."""
-    rows: dict[tuple[str, str, str, int, bool], JobRow] = {}
+    rows: dict[tuple[str, str, str, int, int, bool], JobRow] = {}
     for f in fitted.values():
         job, e = f.job, f.estimate
         system = job.out.split("/")[3]  # the run's name: an ablation's variant, csp-mb rather than its csp
-        key = (job.rule, job.space, system, job.stages, CACHE_ON in job.sets)
+        key = (job.rule, job.space, system, job.stages, job.replicas, CACHE_ON in job.sets)
         seeds = rows[key].seeds + 1 if key in rows else 1
-        rows[key] = JobRow(job.rule, job.space, system, job.stages, seeds, key[4], e.device_bytes / 1e9,
+        rows[key] = JobRow(job.rule, job.space, system, job.stages, seeds, key[5], e.device_bytes / 1e9,
                            e.host_bytes / 1e9, e.batch, e.seconds / 3600,
                            resources.train_minutes(config, job.rule, e) / 60,
-                           resources.train_mem_mb(config, job.rule, job.stages, e) / 1e3)
+                           resources.train_mem_mb(config, job.rule, job.processes, e) / 1e3, job.replicas)
     return list(rows.values())
 
 
