@@ -4,6 +4,7 @@ the engine prices that exchange on the hardware's links, and ``--gpus G`` picks 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,23 @@ def test_simulate_on_a_gpu_count_keeps_the_fastest_layout(tmp_path: Path) -> Non
     assert tried[(search["stages"], search["replicas"])] == max(tried.values())
     both = run_cli("simulate", "--space", "toy", "--gpus", "4", "--stages", "2", "--out", str(tmp_path / "x"))
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_replicated_stage_holds_its_subnets_in_order() -> None:
+    """With the cache (one_holder), a replica holds the stage for one subnet at a time, in subnet order: were the
+    replicas to pick different holders, each holder's update would wait for the sum, which waits for the other
+    replica's parts, behind its own holder (a hang, seen once in CI before the rule)."""
+    plan = make_plan(2)
+    opts = PolicyOptions(micro_batches=4, split_backward=True, replicas=2, one_holder=True)
+    last = make_policy("csp", 1, plan, opts)
+    last.stream_ends_at(4)
+    last.forward_arrived(1, 0)  # subnet 1's first part overtook subnet 0's (0 blocked upstream, say)
+    assert last.next_task() is None  # it would start a hold out of order
+    last.forward_arrived(0, 0)
+    task = last.next_task()
+    assert task is not None and (task.kind, task.subnet) == (Kind.FORWARD, 0)
+    plain = make_policy("csp", 1, plan, replace(opts, replicas=1))  # one replica: the first ready holds
+    plain.stream_ends_at(4)
+    plain.forward_arrived(1, 0)
+    task = plain.next_task()
+    assert task is not None and task.subnet == 1

@@ -270,7 +270,7 @@ class MicroCSP(CSP):
 
     def _take_backward(self) -> Part | None:
         """The next backward part: the lowest ready one; with ``one_holder``, the holder's (or none)."""
-        heap, holder = self._ready_parts_b, self._holder
+        heap, holder = self._ready_parts_b, self._next_holder()
         if not heap:
             return None
         if not self._one_holder or holder is None or heap[0][0] == holder:
@@ -283,6 +283,8 @@ class MicroCSP(CSP):
             return None  # another subnet's backward would start a second hold: after the holder's update
         heap.remove(mine)
         heapify(heap)
+        if starts_hold(BACKWARD, self.is_last):  # (a replicated stage's next holder starts its hold here)
+            self._hold(mine[0])
         return mine
 
     def _take_forward(self) -> Part | None:
@@ -292,10 +294,11 @@ class MicroCSP(CSP):
         if not ready:
             return None
         y = ready[0]
-        if self._one_holder and self.is_last and self._holder is not None and y != self._holder:
-            if self._holder not in ready:
+        holder = self._next_holder()
+        if self._one_holder and self.is_last and holder is not None and y != holder:
+            if holder not in ready:
                 return None
-            y = self._holder
+            y = holder
         pending = self._pending_f[y]
         j = pending.pop(0)
         if not pending:
@@ -312,6 +315,15 @@ class MicroCSP(CSP):
     def _hold(self, subnet: int) -> None:
         if self._one_holder:
             self._holder = subnet
+
+    def _next_holder(self) -> int | None:
+        """(one_holder) The subnet whose tasks may hold the stage now: the holder's, or with none, any subnet (None)
+        but on a replicated stage: there holds go in subnet order (the next is the first not yet updated here), so
+        that every replica holds the same subnet at a time. Otherwise two replicas could each hold a subnet whose
+        update waits for the replicas' sum, which waits for the other replica's parts of it, behind the other hold."""
+        if self._holder is not None or not self._gated:
+            return self._holder
+        return self.finished
 
     def _is_needed(self, subnet: int) -> bool:
         """Whether a later subnet within the in-flight window uses one of ``subnet``'s layers here (its
