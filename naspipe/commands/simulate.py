@@ -113,20 +113,28 @@ def simulate_to(config: Config, hardware: Hardware, costs_spec: str, out: Path, 
     from naspipe.runplan import rundir
 
     run_dir = rundir.plan(out, None, overwrite)  # refuses a bad --out before any work
+
+    def prepared(candidate: Config) -> tuple[SimSetup, BatchChoice | None]:
+        setup, search = _setup(candidate, hardware, costs_spec, partition_by, batch)
+        return (setup if trace_subnets is None else replace(setup, trace_subnets=trace_subnets)), search
+
     layout = None
-    if gpus is not None:
+    if gpus is not None:  # every layout simulated whole: the chosen one's run is the output (the engine is exact)
         positions = build_setup(config, hardware, costs_spec, partition_by).plan.structure.num_positions
+        runs: dict[tuple[int, int], Any] = {}
 
         def sample(candidate: Config) -> dict[str, Any]:
-            return simulate_run(_setup(candidate, hardware, costs_spec, partition_by, batch)[0])[0]
+            setup, search = prepared(candidate)
+            runs[candidate.stages, candidate.replicas] = setup, search, simulate_run(setup)
+            return runs[candidate.stages, candidate.replicas][2][0]
 
         layout = choose_layout(config, gpus, positions, sample)
         config = layout.config
-    setup, search = _setup(config, hardware, costs_spec, partition_by, batch)
-    if trace_subnets is not None:
-        setup = replace(setup, trace_subnets=trace_subnets)
-    with admission_bar(config.progress, setup.subnets) as on_admit:
-        metrics, trace = simulate_run(setup, on_admit)
+        setup, search, (metrics, trace) = runs[config.stages, config.replicas]
+    else:
+        setup, search = prepared(config)
+        with admission_bar(config.progress, setup.subnets) as on_admit:
+            metrics, trace = simulate_run(setup, on_admit)
     metrics["batch_mode"] = batch if isinstance(batch, str) else "fixed"
     if search is not None:
         metrics["batch_search"] = search.record
