@@ -88,10 +88,10 @@ class StageWorker:
         logs = StageLogs(logs_dir, stage, sorted(self.layers), self.is_last, config.trace_max_events)
         self.recorder = Recorder(stage, logs)
         self.residency = Residency(job, stage, self.policy, executor, self.recorder, self.context, self.swapper, end)
+        self.layout = ReplicaLayout(config.micro_batches, config.replicas)
         self.exchange = self._make_exchange(executor)
-        parts_here = job.policy_options.parts_here
         self.tasks = StageTasks(job, stage, device, executor, self.residency, self.recorder, self._send, progress,
-                                self.exchange, first_part=replica * parts_here)
+                                self.exchange, first_part=self.layout.parts(replica).start)
 
     # -- main loop ------------------------------------------------------------
     def run(self) -> StageReport:
@@ -175,8 +175,7 @@ class StageWorker:
                 return []
             return [(lid, len(windows.names(lid))) for lid in plan.stage_layers(subnet, stage) if lid in windows]
 
-        layout = ReplicaLayout(config.micro_batches, config.replicas)
-        return GradientExchange(layout, self.replica, params, norms, self.transport.send_replica,
+        return GradientExchange(self.layout, self.replica, params, norms, self.transport.send_replica,
                                 with_loss=self.is_last, cast=layer_precision(config.precision, self.device),
                                 windowed=windowed, window_sums=executor.window_sums)
 

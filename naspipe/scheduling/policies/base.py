@@ -24,6 +24,7 @@ from typing import ClassVar, Self
 
 from naspipe.scheduling.mirror import Mirror
 from naspipe.scheduling.plan import PipelinePlan
+from naspipe.scheduling.replicas import ReplicaLayout
 from naspipe.scheduling.task import FORWARD, Kind, Task, new_task
 
 PRIORITIES = ("critical", "fifo")
@@ -67,7 +68,7 @@ class PolicyOptions:
     @property
     def parts_here(self) -> int:
         """The parts of each subnet that one replica of a stage runs (m / R; m without replicas)."""
-        return self.micro_batches // self.replicas
+        return ReplicaLayout(self.micro_batches, self.replicas).parts_per_replica
 
     def __post_init__(self) -> None:
         if self.max_inflight < 1:
@@ -78,9 +79,7 @@ class PolicyOptions:
             raise ValueError(f"shared_window must be >= 1, got {self.shared_window}")
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
-        if self.replicas < 1 or self.micro_batches % self.replicas:
-            raise ValueError(f"replicas must be >= 1 and divide micro_batches {self.micro_batches}, "
-                             f"got {self.replicas}")
+        ReplicaLayout(self.micro_batches, self.replicas)  # R >= 1 dividing m (ValueError naming both)
         if self.priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {self.priority!r}")
 

@@ -71,7 +71,6 @@ class MicroCSP(CSP):
         # replicated stages: an update waits, after the stage's own parts, for the replicas' ordered sum (reduced)
         self._gated = options.replicas > 1
         self._awaiting_sum: set[int] = set()  # own parts done, the replicas' sum not here yet
-        self._summed_early: set[int] = set()  # the sum came first (cannot happen in the runtime; kept exact anyway)
         self.newly_awaiting: list[int] = []  # subnets that began awaiting the sum (the simulator prices the exchange)
         self.split = options.split_backward
         self._critical = options.priority == "critical"
@@ -106,7 +105,7 @@ class MicroCSP(CSP):
         other._urgent_w, other._idle_w, other._urgent_u = list(self._urgent_w), list(self._idle_w), list(self._urgent_u)
         other._parts_done = dict(self._parts_done)
         other._awaiting_parts = dict(self._awaiting_parts)
-        other._awaiting_sum, other._summed_early, other.newly_awaiting = set(), set(self._summed_early), []
+        other._awaiting_sum, other.newly_awaiting = set(), []
         for subnet in sorted(self._awaiting_sum):  # a copy runs ahead as if every sum came at once (sends nothing)
             other._update_ready(subnet)
         return other
@@ -210,11 +209,10 @@ class MicroCSP(CSP):
         done = self._parts_done.get(subnet, 0) + 1
         self._parts_done[subnet] = done
         if done == self.micro_batches:
-            if self._gated and not self.speculative and subnet not in self._summed_early:
+            if self._gated and not self.speculative:
                 self._awaiting_sum.add(subnet)
                 self.newly_awaiting.append(subnet)
             else:
-                self._summed_early.discard(subnet)
                 self._update_ready(subnet)
 
     def _update_ready(self, subnet: int) -> None:
@@ -222,13 +220,13 @@ class MicroCSP(CSP):
 
     def reduced(self, subnet: int) -> None:
         """(replicated stages) The replicas' ordered sum of ``subnet``'s part gradients is here: its update may run
-        once this stage's own parts are done (:mod:`naspipe.runtime.exchange`)."""
+        once this stage's own parts are done (:mod:`naspipe.runtime.exchange`). The sum always follows them: each
+        replica contributes only once its own parts are in, and the total comes after every contribution."""
+        if subnet not in self._awaiting_sum:
+            raise RuntimeError(f"stage {self.stage}: the replicas' sum of subnet {subnet} came before its own parts")
         self.messages += 1
-        if subnet in self._awaiting_sum:
-            self._awaiting_sum.discard(subnet)
-            self._update_ready(subnet)
-        else:
-            self._summed_early.add(subnet)
+        self._awaiting_sum.discard(subnet)
+        self._update_ready(subnet)
 
     # -- decisions ----------------------------------------------------------
     def next_task(self) -> MicroTask | None:  # type: ignore[override]
